@@ -1,0 +1,61 @@
+package v1alpha1
+
+// Condition types of a FencedLease.
+const (
+	// ConditionHeld is True when a pod holds a committed grant.
+	ConditionHeld = "Held"
+	// ConditionDegraded is True when the operator cannot do what the spec asks.
+	ConditionDegraded = "Degraded"
+	// ConditionReady summarizes: Held and not Degraded.
+	ConditionReady = "Ready"
+)
+
+// Condition reasons of a FencedLease.
+const (
+	// ReasonGranted: a pod holds a committed grant (Held=True).
+	ReasonGranted = "Granted"
+	// ReasonNoCandidates: no candidate pod is eligible (Held=False).
+	ReasonNoCandidates = "NoCandidates"
+	// ReasonWaitingForExpiry: the previous grant must expire before a new one
+	// (takeover Safe) (Held=False).
+	ReasonWaitingForExpiry = "WaitingForExpiry"
+	// ReasonGranting: a grant is written but not committed and published yet
+	// (Held=False).
+	ReasonGranting = "Granting"
+	// ReasonPaused: the FencedLease is paused and has no holder (Held=False).
+	ReasonPaused = "Paused"
+
+	// ReasonAsExpected: nothing is wrong (Degraded=False).
+	ReasonAsExpected = "AsExpected"
+	// ReasonFenceRegression: the API server handed out a resourceVersion that
+	// is not greater than a fence already published; no grant is made.
+	ReasonFenceRegression = "FenceRegression"
+	// ReasonFenceUnavailable: the Lease resourceVersion is not a decimal
+	// number (storage other than etcd); no fence can be derived.
+	ReasonFenceUnavailable = "FenceUnavailable"
+	// ReasonSelectorOverlap: a candidate pod is selected by another FencedLease
+	// too; such pods are never granted.
+	ReasonSelectorOverlap = "SelectorOverlap"
+	// ReasonInvalidSelector: spec.selector cannot be parsed.
+	ReasonInvalidSelector = "InvalidSelector"
+	// ReasonLeaseConflict: a Lease of the same name exists and belongs to
+	// something else; the operator leaves it alone.
+	ReasonLeaseConflict = "LeaseConflict"
+	// ReasonInternalError: the operator could not read its inputs.
+	ReasonInternalError = "InternalError"
+
+	// ReasonReady and ReasonNotReady summarize the other conditions.
+	ReasonReady    = "Ready"
+	ReasonNotReady = "NotReady"
+)
+
+// Event reasons for user-visible transitions.
+const (
+	EventGranted            = "Granted"
+	EventLost               = "Lost"
+	EventRotated            = "Rotated"
+	EventFenceRegression    = "FenceRegression"
+	EventSelectorOverlap    = "SelectorOverlap"
+	EventStaleWriteRejected = "StaleWriteRejected"
+	EventBreakGlass         = "BreakGlassWrite"
+)

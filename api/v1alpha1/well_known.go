@@ -1,0 +1,66 @@
+package v1alpha1
+
+// Names shared by the operator, its webhooks and the workloads. They are part
+// of the API: workloads in any language rely on them.
+const (
+	// Prefix is the prefix of every annotation and label of the product.
+	Prefix = "fencedlease.io/"
+
+	// AnnotationFence carries a fencing token. On a pod it is the token of the
+	// holder (empty on standbys). On a write to a protected object it is the
+	// writer's token, and the stored object keeps the token of its last
+	// accepted writer. On the Lease it is the fence of the last committed grant.
+	AnnotationFence = Prefix + "fence"
+
+	// AnnotationRole is "holder" or "standby" on a candidate pod.
+	AnnotationRole = Prefix + "role"
+
+	// AnnotationLease names the FencedLease that selects a candidate pod.
+	AnnotationLease = Prefix + "lease"
+
+	// LabelProtectedBy marks a ConfigMap or Secret as protected by the
+	// FencedLease it names (in the same namespace): only the current holder
+	// may write it.
+	LabelProtectedBy = Prefix + "protected-by"
+
+	// LabelInject opts a pod in to the pod webhook, which mounts the token
+	// files into its containers.
+	LabelInject = Prefix + "inject"
+
+	// ConditionHolder is the pod condition that the readiness gate waits for:
+	// True on the holder, False on standbys.
+	ConditionHolder = Prefix + "holder"
+
+	// RoleHolder and RoleStandby are the values of AnnotationRole.
+	RoleHolder  = "holder"
+	RoleStandby = "standby"
+
+	// TokenDir is where the pod webhook mounts the token files.
+	TokenDir = "/etc/fencedlease"
+
+	// Finalizer lets the operator clear pod annotations and delete the Lease
+	// before a FencedLease goes away.
+	Finalizer = Prefix + "finalizer"
+)
+
+// Annotations the operator keeps on the coordination.k8s.io Lease. Together
+// with spec.holderIdentity they make the Lease the single record of a grant.
+const (
+	// LeaseAnnotationHolderUID is the UID of the pod named in holderIdentity.
+	LeaseAnnotationHolderUID = Prefix + "holder-uid"
+
+	// LeaseAnnotationState is the state of the grant: pending, held or revoked.
+	LeaseAnnotationState = Prefix + "state"
+)
+
+// Values of LeaseAnnotationState.
+const (
+	// LeaseStatePending: a grant was written but not yet committed. A pending
+	// grant is never published; it is superseded by a fresh grant.
+	LeaseStatePending = "pending"
+	// LeaseStateHeld: the grant is committed; its fence is AnnotationFence.
+	LeaseStateHeld = "held"
+	// LeaseStateRevoked: the grant is no longer renewed; it is over once it
+	// has expired.
+	LeaseStateRevoked = "revoked"
+)
