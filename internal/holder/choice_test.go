@@ -1,0 +1,85 @@
+package holder
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestChoose(t *testing.T) {
+	same := time.Minute
+	tests := []struct {
+		name    string
+		cands   []Candidate
+		current types.UID
+		avoid   []types.UID
+		want    string
+		ok      bool
+	}{
+		{name: "none", cands: nil, ok: false},
+		{name: "all ineligible", cands: []Candidate{cand("a", same, IneligibleNotRunning)}, ok: false},
+		{name: "ready longest wins", cands: []Candidate{cand("a", time.Second, ""), cand("b", time.Hour, "")}, want: "b", ok: true},
+		{name: "tie broken by name", cands: []Candidate{cand("b", same, ""), cand("a", same, "")}, want: "a", ok: true},
+		{name: "current kept while eligible", cands: []Candidate{cand("a", time.Second, ""), cand("b", time.Hour, "")},
+			current: "uid-a", want: "a", ok: true},
+		{name: "ineligible current not kept", cands: []Candidate{cand("a", time.Second, IneligibleDeleting), cand("b", time.Second, "")},
+			current: "uid-a", want: "b", ok: true},
+		{name: "avoided only as a last resort", cands: []Candidate{cand("a", time.Hour, ""), cand("b", time.Second, "")},
+			avoid: []types.UID{"uid-a"}, want: "b", ok: true},
+		{name: "avoided when alone", cands: []Candidate{cand("a", time.Hour, "")},
+			avoid: []types.UID{"uid-a"}, want: "a", ok: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			got, ok := Choose(tt.cands, tt.current, tt.avoid...)
+			g.Expect(ok).To(Equal(tt.ok))
+			g.Expect(got.Name).To(Equal(tt.want))
+		})
+	}
+}
+
+func TestNewCandidate(t *testing.T) {
+	readyAt := metav1.NewTime(t0)
+	pod := func(mut func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u"},
+			Spec: corev1.PodSpec{NodeName: "n1"},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
+				{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: readyAt},
+				{Type: corev1.PodReady, Status: corev1.ConditionFalse},
+			}}}
+		if mut != nil {
+			mut(p)
+		}
+		return p
+	}
+	tests := []struct {
+		name    string
+		pod     *corev1.Pod
+		overlap bool
+		want    string
+	}{
+		{name: "running with containers ready is eligible even when Ready is False (readiness gate)", pod: pod(nil), want: ""},
+		{name: "deleting", pod: pod(func(p *corev1.Pod) { now := metav1.Now(); p.DeletionTimestamp = &now }), want: IneligibleDeleting},
+		{name: "failed", pod: pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), want: IneligibleNotRunning},
+		{name: "pending", pod: pod(func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending }), want: IneligibleNotRunning},
+		{name: "containers not ready", pod: pod(func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }), want: IneligibleContainers},
+		{name: "no conditions", pod: pod(func(p *corev1.Pod) { p.Status.Conditions = nil }), want: IneligibleContainers},
+		{name: "overlap", pod: pod(nil), overlap: true, want: IneligibleOverlap},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			c := NewCandidate(tt.pod, tt.overlap)
+			g.Expect(c.Ineligible).To(Equal(tt.want))
+			g.Expect(c.NodeName).To(Equal("n1"))
+			if len(tt.pod.Status.Conditions) > 0 {
+				g.Expect(c.ReadySince).To(BeTemporally("==", t0))
+			}
+		})
+	}
+}

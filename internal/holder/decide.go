@@ -1,0 +1,237 @@
+package holder
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Takeover policies, as in the FencedLease API.
+const (
+	TakeoverSafe      = "Safe"
+	TakeoverImmediate = "Immediate"
+)
+
+// Grant states, as recorded on the Lease.
+const (
+	StateFree    = ""
+	StatePending = "pending"
+	StateHeld    = "held"
+	StateRevoked = "revoked"
+)
+
+// Policy is the effective timing and behaviour of one FencedLease.
+type Policy struct {
+	LeaseDuration time.Duration
+	RenewInterval time.Duration
+	// MaxHold bounds one grant; 0 is unlimited.
+	MaxHold  time.Duration
+	Takeover string
+	Paused   bool
+	// PendingGrace is how long a pending (written, not committed) grant is
+	// left alone before it is superseded. An operator commits its own grant
+	// within milliseconds; the grace keeps two operator replicas from
+	// superseding each other's in-flight grants forever.
+	PendingGrace time.Duration
+}
+
+// Lease is the state of the grant recorded on the coordination Lease.
+type Lease struct {
+	State     string
+	HolderUID types.UID
+	// Fence is the fence of the last committed grant.
+	Fence int64
+}
+
+// Clock is what the operator saw of the current grant on its own monotonic
+// clock. After a restart every field is the time the grant was first seen:
+// an unknown lease counts as freshly renewed.
+type Clock struct {
+	Now time.Time
+	// RenewedAt is when the operator last saw a renewal confirmed.
+	RenewedAt time.Time
+	// GrantedAt is when the operator first saw this grant.
+	GrantedAt time.Time
+}
+
+// Input is everything Decide needs.
+type Input struct {
+	Policy     Policy
+	Lease      Lease
+	Clock      Clock
+	Candidates []Candidate
+}
+
+// Action is the next write the controller makes to the Lease.
+type Action string
+
+// Actions.
+const (
+	// Wait writes nothing; look again after Plan.RequeueAfter or on an event.
+	Wait Action = "Wait"
+	// Renew extends the current grant.
+	Renew Action = "Renew"
+	// Revoke stops renewing the current grant: it ends when it expires.
+	Revoke Action = "Revoke"
+	// Grant writes a fresh grant, with a new fence, to Plan.Target.
+	Grant Action = "Grant"
+)
+
+// Plan is the decision for one reconcile.
+type Plan struct {
+	Action Action
+	// Target is the pod to grant, for Grant.
+	Target Candidate
+	// Why explains the action in words for logs and events.
+	Why string
+	// Rotation marks a revoke or grant caused by maxHoldSeconds.
+	Rotation bool
+	// Waiting is the Held condition reason while there is no holder.
+	Waiting string
+	// RequeueAfter is when to look again, 0 for "on the next event only".
+	RequeueAfter time.Duration
+}
+
+// Reasons for Plan.Waiting.
+const (
+	WaitingNoCandidates = "NoCandidates"
+	WaitingForExpiry    = "WaitingForExpiry"
+	WaitingGranting     = "Granting"
+	WaitingPaused       = "Paused"
+)
+
+// Decide returns the next step for one FencedLease. It never grants while a
+// grant that may still be in use is unexpired, unless the takeover policy is
+// Immediate; it never renews a grant whose holder is not eligible or whose
+// lease already expired (authority is not re-acquired silently: a lapsed
+// grant is replaced by a fresh one with a new fence).
+func Decide(in Input) Plan {
+	switch in.Lease.State {
+	case StateHeld:
+		return decideHeld(in)
+	case StateRevoked:
+		return decideRevoked(in)
+	case StatePending:
+		return decidePending(in)
+	default:
+		return grantOrWait(in, "", "no grant yet")
+	}
+}
+
+func decideHeld(in Input) Plan {
+	p, c := in.Policy, in.Clock
+	holder, found := Find(in.Candidates, in.Lease.HolderUID)
+	expired := c.Now.Sub(c.RenewedAt) >= p.LeaseDuration
+	switch {
+	case !found:
+		return loss(in, IneligibleGone)
+	case !holder.Eligible():
+		return loss(in, holder.Ineligible)
+	}
+	maxHold := untilMaxHold(in)
+	if p.MaxHold > 0 && maxHold == 0 && !p.Paused {
+		if next, ok := Choose(in.Candidates, "", in.Lease.HolderUID); ok && next.UID != holder.UID {
+			if p.Takeover == TakeoverImmediate {
+				return Plan{Action: Grant, Target: next, Rotation: true, Why: "maxHoldSeconds reached"}
+			}
+			return Plan{Action: Revoke, Rotation: true, Why: "maxHoldSeconds reached",
+				Waiting: WaitingForExpiry, RequeueAfter: untilExpiry(in)}
+		}
+		// Nobody to rotate to: keep the holder; a candidate becoming ready
+		// triggers the next look.
+	}
+	if expired {
+		// Renewals were not confirmed for a whole lease duration: the grant
+		// is over, and the holder must not keep it silently.
+		if p.Paused {
+			return Plan{Action: Revoke, Why: "grant expired without confirmed renewal", Waiting: WaitingPaused}
+		}
+		return grantOrWait(in, in.Lease.HolderUID, "grant expired without confirmed renewal")
+	}
+	if since := c.Now.Sub(c.RenewedAt); since < p.RenewInterval {
+		return Plan{Action: Wait, RequeueAfter: minPositive(p.RenewInterval-since, maxHold)}
+	}
+	return Plan{Action: Renew, RequeueAfter: minPositive(p.RenewInterval, maxHold)}
+}
+
+// loss handles a holder that is no longer eligible: stop renewing at once and,
+// with Immediate takeover, grant the next candidate right away.
+func loss(in Input, why string) Plan {
+	if in.Policy.Takeover == TakeoverImmediate && !in.Policy.Paused {
+		if next, ok := Choose(in.Candidates, "", in.Lease.HolderUID); ok {
+			return Plan{Action: Grant, Target: next, Why: "holder lost: " + why}
+		}
+	}
+	waiting := WaitingForExpiry
+	if in.Policy.Paused {
+		waiting = WaitingPaused
+	}
+	return Plan{Action: Revoke, Why: "holder lost: " + why, Waiting: waiting, RequeueAfter: untilExpiry(in)}
+}
+
+func decideRevoked(in Input) Plan {
+	if in.Policy.Paused {
+		return Plan{Action: Wait, Waiting: WaitingPaused}
+	}
+	if in.Policy.Takeover != TakeoverImmediate {
+		if left := untilExpiry(in); left > 0 {
+			return Plan{Action: Wait, Waiting: WaitingForExpiry, RequeueAfter: left}
+		}
+	}
+	// Prefer anyone but the revoked holder (it was rotated away or lost).
+	return grantOrWait(in, "", "previous grant revoked", in.Lease.HolderUID)
+}
+
+func decidePending(in Input) Plan {
+	if left := in.Policy.PendingGrace - in.Clock.Now.Sub(in.Clock.GrantedAt); left > 0 {
+		return Plan{Action: Wait, Waiting: WaitingGranting, RequeueAfter: left}
+	}
+	// A grant whose outcome was never confirmed is never published: it is
+	// superseded by a fresh grant with a new, higher fence.
+	return grantOrWait(in, in.Lease.HolderUID, "superseding a grant that was never committed")
+}
+
+func grantOrWait(in Input, current types.UID, why string, avoid ...types.UID) Plan {
+	if in.Policy.Paused {
+		return Plan{Action: Wait, Waiting: WaitingPaused}
+	}
+	next, ok := Choose(in.Candidates, current, avoid...)
+	if !ok {
+		return Plan{Action: Wait, Waiting: WaitingNoCandidates}
+	}
+	return Plan{Action: Grant, Target: next, Why: why}
+}
+
+func untilExpiry(in Input) time.Duration {
+	left := in.Policy.LeaseDuration - in.Clock.Now.Sub(in.Clock.RenewedAt)
+	if left < 0 {
+		return 0
+	}
+	return left
+}
+
+// untilMaxHold is the time left before maxHold rotates the holder; 0 when
+// there is no limit or it has been reached.
+func untilMaxHold(in Input) time.Duration {
+	if in.Policy.MaxHold <= 0 {
+		return 0
+	}
+	left := in.Policy.MaxHold - in.Clock.Now.Sub(in.Clock.GrantedAt)
+	if left < 0 {
+		return 0
+	}
+	return left
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	case a < b:
+		return a
+	default:
+		return b
+	}
+}

@@ -1,0 +1,64 @@
+package holder
+
+import (
+	"fmt"
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+)
+
+// FenceFromResourceVersion derives the fence of a grant from the Lease's
+// resourceVersion after the grant write. etcd resourceVersions are revision
+// numbers; storage that hands out anything else cannot provide a fence.
+func FenceFromResourceVersion(rv string) (int64, error) {
+	n, err := strconv.ParseInt(rv, 10, 64)
+	if err != nil || n <= 0 || strconv.FormatInt(n, 10) != rv {
+		return 0, fmt.Errorf("resourceVersion %q is not a positive decimal int64, so it cannot be a fence", rv)
+	}
+	return n, nil
+}
+
+// RegressionError says that a new grant's fence is not greater than a fence
+// published before: the API server went back in time (a storage restore, or
+// storage whose resourceVersions are not ordered). Such a grant must never be
+// published.
+type RegressionError struct {
+	Fence int64
+	Floor int64
+}
+
+func (e *RegressionError) Error() string {
+	return fmt.Sprintf("new fence %d is not greater than fence %d already published", e.Fence, e.Floor)
+}
+
+// CheckIncreases verifies that the resourceVersion of a grant write is
+// greater than floor, the highest fence published before. It compares as
+// KEP-5504 orders resourceVersions.
+func CheckIncreases(rv string, floor int64) (int64, error) {
+	fence, err := FenceFromResourceVersion(rv)
+	if err != nil {
+		return 0, err
+	}
+	if floor <= 0 {
+		return fence, nil
+	}
+	cmp, err := resourceversion.CompareResourceVersion(rv, strconv.FormatInt(floor, 10))
+	if err != nil {
+		return 0, fmt.Errorf("compare resourceVersion %q with fence %d: %w", rv, floor, err)
+	}
+	if cmp <= 0 {
+		return 0, &RegressionError{Fence: fence, Floor: floor}
+	}
+	return fence, nil
+}
+
+// MaxFence returns the largest of the fences.
+func MaxFence(fences ...int64) int64 {
+	var m int64
+	for _, f := range fences {
+		if f > m {
+			m = f
+		}
+	}
+	return m
+}
