@@ -1,0 +1,131 @@
+package fencedlease
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"k8s.io/utils/clock"
+
+	"github.com/fencedlease/fencedlease/internal/holder"
+)
+
+// observations remembers, per FencedLease, what the operator saw of the
+// current grant on its own monotonic clock. Expiry is judged from here, never
+// by comparing wall clocks written by other machines. A grant the operator has
+// not seen before (after a restart, or written by another replica) counts as
+// freshly renewed.
+type observations struct {
+	clock clock.PassiveClock
+	mu    sync.Mutex
+	byKey map[types.NamespacedName]*observation
+}
+
+type observation struct {
+	grant     string // identifies one grant: transitions and holder UID
+	rv        string // the newest Lease resourceVersion seen; older reads are ignored
+	renewTime string // the Lease's renewTime when last seen
+	renewedAt time.Time
+	grantedAt time.Time
+	maxFence  int64 // highest fence seen for this FencedLease
+}
+
+func newObservations(c clock.PassiveClock) *observations {
+	return &observations{clock: c, byKey: map[types.NamespacedName]*observation{}}
+}
+
+func grantKey(l *coordinationv1.Lease) string {
+	var transitions int32
+	if l.Spec.LeaseTransitions != nil {
+		transitions = *l.Spec.LeaseTransitions
+	}
+	return fmt.Sprintf("%d/%s", transitions, l.Annotations[annotationHolderUID])
+}
+
+func renewTimeOf(l *coordinationv1.Lease) string {
+	if l.Spec.RenewTime == nil {
+		return ""
+	}
+	return l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
+}
+
+// observe records the Lease as seen now and returns the clock of its grant.
+// A changed renewTime on the same grant is a renewal confirmed by someone
+// (another replica, or this one before a lost response).
+func (o *observations) observe(key types.NamespacedName, l *coordinationv1.Lease, fence int64) holder.Clock {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := o.clock.Now()
+	obs := o.byKey[key]
+	if obs == nil {
+		obs = &observation{}
+		o.byKey[key] = obs
+	}
+	switch g := grantKey(l); {
+	case !newer(l.ResourceVersion, obs.rv):
+		// A read older than one already seen (a lagging cache) says nothing new.
+	case obs.grant != g:
+		obs.grant, obs.renewTime, obs.renewedAt, obs.grantedAt = g, renewTimeOf(l), now, now
+	case renewTimeOf(l) != obs.renewTime:
+		obs.renewTime, obs.renewedAt = renewTimeOf(l), now
+	}
+	if newer(l.ResourceVersion, obs.rv) {
+		obs.rv = l.ResourceVersion
+	}
+	if fence > obs.maxFence {
+		obs.maxFence = fence
+	}
+	return holder.Clock{Now: now, RenewedAt: obs.renewedAt, GrantedAt: obs.grantedAt}
+}
+
+// confirmed records a write of this operator to the Lease that the API server
+// confirmed: a renewal, or a new grant. The time is taken after the response,
+// which errs on the side of a later expiry.
+func (o *observations) confirmed(key types.NamespacedName, l *coordinationv1.Lease, fence int64, newGrant bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := o.clock.Now()
+	obs := o.byKey[key]
+	if obs == nil {
+		obs = &observation{}
+		o.byKey[key] = obs
+	}
+	if newGrant || obs.grant != grantKey(l) {
+		obs.grant, obs.grantedAt = grantKey(l), now
+	}
+	obs.renewTime, obs.renewedAt, obs.rv = renewTimeOf(l), now, l.ResourceVersion
+	if fence > obs.maxFence {
+		obs.maxFence = fence
+	}
+}
+
+// newer reports whether resourceVersion rv is newer than seen (KEP-5504
+// ordering). Anything unordered counts as newer, so that the operator never
+// ignores a Lease it cannot compare.
+func newer(rv, seen string) bool {
+	if seen == "" {
+		return true
+	}
+	cmp, err := resourceversion.CompareResourceVersion(rv, seen)
+	return err != nil || cmp > 0
+}
+
+// maxFence is the highest fence this operator has seen for the FencedLease.
+// It survives a storage restore that rewinds every stored record.
+func (o *observations) maxFence(key types.NamespacedName) int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if obs := o.byKey[key]; obs != nil {
+		return obs.maxFence
+	}
+	return 0
+}
+
+func (o *observations) forget(key types.NamespacedName) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.byKey, key)
+}

@@ -1,0 +1,154 @@
+package fencedlease
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/holder"
+)
+
+// patchStatus is the one status write of a reconcile. observedGeneration is
+// bumped only when the reconcile succeeded.
+func (r *Reconciler) patchStatus(ctx context.Context, base *fencingv1alpha1.FencedLease, s *scope, ok bool) error {
+	r.computeStatus(ctx, s)
+	if ok {
+		s.fl.Status.ObservedGeneration = s.fl.Generation
+	}
+	if equality.Semantic.DeepEqual(base.Status, s.fl.Status) {
+		return nil
+	}
+	if err := client.IgnoreNotFound(r.Status().Patch(ctx, s.fl, client.MergeFrom(base))); err != nil {
+		return fmt.Errorf("patch status of FencedLease %s: %w", klog.KObj(s.fl), err)
+	}
+	return nil
+}
+
+// computeStatus mirrors the Lease into the status and sets the conditions.
+func (r *Reconciler) computeStatus(ctx context.Context, s *scope) {
+	st := &s.fl.Status
+	if s.lease != nil {
+		mirrorLease(st, s)
+	}
+	if s.pods != nil {
+		st.Candidates = int32(holder.CountEligible(s.pods.candidates))
+	}
+	r.setDegraded(ctx, s)
+	setHeld(s)
+	setReady(s)
+}
+
+func mirrorLease(st *fencingv1alpha1.FencedLeaseStatus, s *scope) {
+	l, v := s.lease, leaseView(s.lease)
+	st.Transitions = ptr.Deref(l.Spec.LeaseTransitions, 0)
+	if v.Fence > st.Fence {
+		st.Fence = v.Fence
+	}
+	st.Holder, st.AcquireTime, st.RenewTime, st.ExpireTime = nil, nil, nil, nil
+	if v.State == holder.StateHeld || v.State == holder.StateRevoked {
+		st.RenewTime = l.Spec.RenewTime
+		if l.Spec.RenewTime != nil {
+			d := time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0)) * time.Second
+			st.ExpireTime = ptr.To(metav1.NewMicroTime(l.Spec.RenewTime.Add(d)))
+		}
+	}
+	if v.State == holder.StateHeld {
+		st.AcquireTime = l.Spec.AcquireTime
+		st.Fence = v.Fence
+		st.Holder = &fencingv1alpha1.HolderRef{PodName: ptr.Deref(l.Spec.HolderIdentity, ""), PodUID: v.HolderUID}
+		if c, ok := holder.Find(candidatesOf(s), v.HolderUID); ok {
+			st.Holder.NodeName = c.NodeName
+		}
+	}
+}
+
+func candidatesOf(s *scope) []holder.Candidate {
+	if s.pods == nil {
+		return nil
+	}
+	return s.pods.candidates
+}
+
+func (r *Reconciler) setDegraded(ctx context.Context, s *scope) {
+	d := s.degraded
+	if d == nil && s.pods != nil && len(s.pods.overlaps) > 0 {
+		sort.Strings(s.pods.overlaps)
+		d = &condition{reason: fencingv1alpha1.ReasonSelectorOverlap, message: fmt.Sprintf(
+			"some candidate pods are also selected by FencedLease %s; such pods are never granted", strings.Join(s.pods.overlaps, ", "))}
+	}
+	cond := metav1.Condition{Type: fencingv1alpha1.ConditionDegraded, Status: metav1.ConditionFalse,
+		Reason: fencingv1alpha1.ReasonAsExpected, Message: "", ObservedGeneration: s.fl.Generation}
+	if d != nil {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, d.reason, d.message
+		prev := meta.FindStatusCondition(s.fl.Status.Conditions, fencingv1alpha1.ConditionDegraded)
+		if d.reason == fencingv1alpha1.ReasonSelectorOverlap && (prev == nil || prev.Reason != d.reason) {
+			r.event(ctx, s.fl, eventWarning, fencingv1alpha1.EventSelectorOverlap, "%s", d.message)
+		}
+	}
+	meta.SetStatusCondition(&s.fl.Status.Conditions, cond)
+}
+
+func setHeld(s *scope) {
+	cond := metav1.Condition{Type: fencingv1alpha1.ConditionHeld, ObservedGeneration: s.fl.Generation}
+	h := s.fl.Status.Holder
+	switch {
+	case s.inputErr != nil:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionUnknown, fencingv1alpha1.ReasonInternalError, s.inputErr.Error()
+	case h != nil:
+		cond.Status, cond.Reason = metav1.ConditionTrue, fencingv1alpha1.ReasonGranted
+		cond.Message = fmt.Sprintf("pod %s holds the lease with fence %d", h.PodName, s.fl.Status.Fence)
+	default:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, waitingReason(s), waitingMessage(s)
+	}
+	meta.SetStatusCondition(&s.fl.Status.Conditions, cond)
+}
+
+func waitingReason(s *scope) string {
+	if s.degraded != nil {
+		return s.degraded.reason
+	}
+	if s.plan.Waiting != "" {
+		return s.plan.Waiting
+	}
+	return fencingv1alpha1.ReasonGranting
+}
+
+func waitingMessage(s *scope) string {
+	switch waitingReason(s) {
+	case fencingv1alpha1.ReasonNoCandidates:
+		return "no candidate pod is Running with ready containers"
+	case fencingv1alpha1.ReasonWaitingForExpiry:
+		return "the previous grant must expire before a new one (takeover Safe)"
+	case fencingv1alpha1.ReasonPaused:
+		return "the FencedLease is paused: nothing new is granted"
+	case fencingv1alpha1.ReasonGranting:
+		return "a grant is being written and committed"
+	}
+	return s.degraded.message
+}
+
+func setReady(s *scope) {
+	held := meta.IsStatusConditionTrue(s.fl.Status.Conditions, fencingv1alpha1.ConditionHeld)
+	degraded := meta.IsStatusConditionTrue(s.fl.Status.Conditions, fencingv1alpha1.ConditionDegraded)
+	cond := metav1.Condition{Type: fencingv1alpha1.ConditionReady, ObservedGeneration: s.fl.Generation,
+		Status: metav1.ConditionFalse, Reason: fencingv1alpha1.ReasonNotReady}
+	switch {
+	case held && !degraded:
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, fencingv1alpha1.ReasonReady, "a pod holds the lease"
+	case degraded:
+		cond.Message = "degraded: " + meta.FindStatusCondition(s.fl.Status.Conditions, fencingv1alpha1.ConditionDegraded).Message
+	default:
+		cond.Message = "no pod holds the lease: " + meta.FindStatusCondition(s.fl.Status.Conditions, fencingv1alpha1.ConditionHeld).Message
+	}
+	meta.SetStatusCondition(&s.fl.Status.Conditions, cond)
+}
