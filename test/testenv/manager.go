@@ -1,0 +1,143 @@
+package testenv
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/fencedlease/fencedlease/internal/setup"
+)
+
+// Manager is an operator running in the test process.
+type Manager struct {
+	ctrl.Manager
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// ManagerOptions tune a test manager.
+type ManagerOptions struct {
+	setup.Options
+	// Namespace restricts the caches to one namespace, so that parallel tests
+	// do not see each other. Empty watches every namespace.
+	Namespace string
+	// Configure may change the manager options before it is created.
+	Configure func(*ctrl.Options)
+	// Register adds more to the manager.
+	Register func(ctrl.Manager) error
+	// Webhooks, when set, serves the admission webhooks where the API server
+	// of the environment calls them (see WithWebhooks).
+	Webhooks *envtest.WebhookInstallOptions
+	// WebhookOptions configure the admission webhooks.
+	WebhookOptions setup.WebhookOptions
+	// NoController leaves the FencedLease controller out (webhook-only tests).
+	NoController bool
+}
+
+// StartManager starts the operator, as cmd/manager wires it but without leader
+// election, metrics or probes, and waits until its caches have synced.
+func StartManager(ctx context.Context, cfg *rest.Config, o ManagerOptions) (*Manager, error) {
+	cacheOpts := setup.CacheOptions()
+	if o.Namespace != "" {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.Namespace: {}}
+	}
+	skip := true
+	opts := ctrl.Options{
+		Scheme:                 setup.Scheme(),
+		Cache:                  cacheOpts,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: &skip},
+	}
+	if w := o.Webhooks; w != nil {
+		opts.WebhookServer = webhook.NewServer(webhook.Options{Host: w.LocalServingHost, Port: w.LocalServingPort, CertDir: w.LocalServingCertDir})
+	}
+	if o.Configure != nil {
+		o.Configure(&opts)
+	}
+	mgr, err := ctrl.NewManager(cfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("create manager: %w", err)
+	}
+	if !o.NoController {
+		if err := setup.Add(mgr, o.Options); err != nil {
+			return nil, err
+		}
+	}
+	if o.Webhooks != nil {
+		if err := setup.AddWebhooks(mgr, o.WebhookOptions); err != nil {
+			return nil, err
+		}
+	}
+	if o.Register != nil {
+		if err := o.Register(mgr); err != nil {
+			return nil, err
+		}
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	m := &Manager{Manager: mgr, cancel: cancel, done: make(chan error, 1)}
+	go func() { m.done <- mgr.Start(mctx) }()
+	if o.Webhooks != nil {
+		if err := waitForWebhookServer(ctx, o.Webhooks); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	defer scancel()
+	if !mgr.GetCache().WaitForCacheSync(sctx) {
+		cancel()
+		return nil, fmt.Errorf("manager caches did not sync")
+	}
+	return m, nil
+}
+
+// Stop stops the operator, as a crash or a restart would, and waits for it.
+func (m *Manager) Stop() error {
+	m.cancel()
+	select {
+	case err := <-m.done:
+		return err
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("manager did not stop within 30s")
+	}
+}
+
+// Crash stops the operator without waiting: whatever it was doing fails with
+// a cancelled context from now on.
+func (m *Manager) Crash() { m.cancel() }
+
+// Wait waits for a crashed operator to finish stopping.
+func (m *Manager) Wait() {
+	select {
+	case <-m.done:
+	case <-time.After(30 * time.Second):
+	}
+}
+
+// waitForWebhookServer waits until the webhook server accepts TLS connections.
+func waitForWebhookServer(ctx context.Context, w *envtest.WebhookInstallOptions) error {
+	addr := net.JoinHostPort(w.LocalServingHost, strconv.Itoa(w.LocalServingPort))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only checks that the local test server is up
+		if err == nil {
+			return conn.Close()
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("webhook server at %s did not come up: %w", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
