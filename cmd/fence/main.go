@@ -1,0 +1,119 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/fencedlease/fencedlease/pkg/fence"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+// Exit statuses of fence itself.
+const (
+	exitUsage   = 2
+	exitFailure = 125 // fence run could not do its job
+	exitNoExec  = 126
+	exitNoFound = 127
+)
+
+const usage = `Usage:
+  fence run [--dir D] [--grace-period 10s] [--poll-interval 5s] -- CMD [ARG...]
+      Run CMD only while this pod holds the lease. CMD gets FENCE_TOKEN and
+      FENCE_LEASE; it is stopped (SIGTERM, then SIGKILL after the grace
+      period) as soon as holdership is lost, and started again with the new
+      token when this pod becomes the holder again.
+  fence token [--dir D]
+      Print the fencing token. Exit 0 on the holder, 1 on a standby, 2 when
+      the token files are absent or malformed.
+  fence version
+      Print the version.
+  fence help
+      Print this help.
+
+The token directory is /etc/fencedlease, or $FENCE_DIR when set.
+`
+
+// usageError is a mistake on the command line.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes one invocation and returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, "fence: missing command\n\n", usage)
+		return exitUsage
+	}
+	var code int
+	var err error
+	switch args[0] {
+	case "run":
+		code, err = runCommand(args[1:], stderr)
+	case "token":
+		code, err = tokenCommand(args[1:], stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "fence", version)
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(stdout, usage)
+	default:
+		err = &usageError{fmt.Sprintf("unknown command %q", args[0])}
+	}
+	var uerr *usageError
+	switch {
+	case errors.As(err, &uerr):
+		fmt.Fprintf(stderr, "fence: %v\nRun 'fence help' for usage.\n", err)
+		return exitUsage
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, usage)
+		return 0
+	case err != nil:
+		fmt.Fprintf(stderr, "fence: %v\n", err)
+	}
+	return code
+}
+
+// defaultDir is the token directory unless --dir is given.
+func defaultDir() string {
+	if d := os.Getenv("FENCE_DIR"); d != "" {
+		return d
+	}
+	return fence.DefaultDir
+}
+
+// newFlags returns a flag set whose errors are reported as usage errors.
+func newFlags(name string, stderr io.Writer) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", defaultDir(), "directory of the token files (default from $FENCE_DIR)")
+	return fs, dir
+}
+
+// parseFlags parses args and turns flag errors into usage errors.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &usageError{fmt.Sprintf("%s: %v", fs.Name(), err)}
+	}
+	return nil
+}
+
+// positiveDuration rejects zero and negative durations.
+func positiveDuration(name string, d time.Duration) error {
+	if d <= 0 {
+		return &usageError{fmt.Sprintf("--%s %v: must be positive", name, d)}
+	}
+	return nil
+}

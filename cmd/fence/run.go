@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/fencedlease/fencedlease/pkg/fence"
+)
+
+// runner runs the command while this pod holds the lease.
+type runner struct {
+	argv   []string
+	grace  time.Duration
+	w      *fence.Watcher
+	sigs   chan os.Signal
+	stderr io.Writer
+}
+
+// runCommand implements fence run.
+func runCommand(args []string, stderr io.Writer) (int, error) {
+	fs, dir := newFlags("run", stderr)
+	grace := fs.Duration("grace-period", 10*time.Second, "time between SIGTERM and SIGKILL when holdership is lost")
+	poll := fs.Duration("poll-interval", fence.DefaultPollInterval, "how often the token files are re-read in case an event was missed")
+	if err := parseFlags(fs, args); err != nil {
+		return exitUsage, err
+	}
+	if err := positiveDuration("grace-period", *grace); err != nil {
+		return exitUsage, err
+	}
+	if err := positiveDuration("poll-interval", *poll); err != nil {
+		return exitUsage, err
+	}
+	if fs.NArg() == 0 {
+		return exitUsage, &usageError{"run: missing command after --"}
+	}
+
+	// Subscribe before anything else so that no signal is lost.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+
+	w, err := fence.New(*dir, fence.WithPollInterval(*poll))
+	if err != nil {
+		return exitFailure, fmt.Errorf("run: %w", err)
+	}
+	defer w.Close()
+	r := &runner{argv: fs.Args(), grace: *grace, w: w, sigs: sigs, stderr: stderr}
+	return r.loop()
+}
+
+// loop alternates between waiting for holdership and running the command.
+func (r *runner) loop() (int, error) {
+	for {
+		code, done, err := r.once()
+		if done || err != nil {
+			return code, err
+		}
+	}
+}
+
+// held is the outcome of waiting for holdership.
+type held struct {
+	ctx context.Context
+	tok fence.Token
+	err error
+}
+
+// once waits for one holdership and runs the command under it. done is
+// true when fence run must exit with code.
+func (r *runner) once() (code int, done bool, err error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	res := make(chan held, 1)
+	go func() {
+		hctx, tok, err := r.w.HolderContext(ctx)
+		res <- held{hctx, tok, err}
+	}()
+	var h held
+	select {
+	case sig := <-r.sigs:
+		// Nothing runs: a standby stops cleanly.
+		r.logf("received %v while waiting for holdership; exiting", sig)
+		return 0, true, nil
+	case h = <-res:
+	}
+	if h.err != nil {
+		return exitFailure, true, fmt.Errorf("run: %w", h.err)
+	}
+	return r.supervise(h.ctx, h.tok)
+}
+
+// supervise starts the command and follows it until it exits, is stopped
+// because holdership ended, or fence run is told to terminate.
+func (r *runner) supervise(hctx context.Context, tok fence.Token) (int, bool, error) {
+	cmd := exec.Command(r.argv[0], r.argv[1:]...)
+	cmd.Env = append(os.Environ(), "FENCE_TOKEN="+strconv.FormatInt(tok.Fence, 10), "FENCE_LEASE="+tok.Lease)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	// Its own process group, so that a stop reaches its children too; and
+	// killed if fence run dies, so that it never runs unsupervised.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return startFailure(err), true, fmt.Errorf("run: start %s: %w", r.argv[0], err)
+	}
+	r.logf("%s: started %s (pid %d)", tok, r.argv[0], cmd.Process.Pid)
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+
+	var kill <-chan time.Time
+	terminating, stopping := false, false
+	lost := hctx.Done()
+	for {
+		select {
+		case <-exited:
+			code := exitStatus(cmd.ProcessState)
+			if stopping && !terminating {
+				r.logf("%s stopped (%v); waiting for holdership", r.argv[0], cmd.ProcessState)
+				return code, false, nil
+			}
+			return code, true, nil
+		case sig := <-r.sigs:
+			terminating = true
+			r.signal(cmd, sig.(syscall.Signal))
+		case <-lost:
+			lost, stopping = nil, true
+			r.logf("%v; stopping %s (pid %d)", context.Cause(hctx), r.argv[0], cmd.Process.Pid)
+			r.signal(cmd, syscall.SIGTERM)
+			kill = time.After(r.grace)
+		case <-kill:
+			r.logf("%s did not stop within %v; killing it", r.argv[0], r.grace)
+			r.signal(cmd, syscall.SIGKILL)
+		}
+	}
+}
+
+// signal sends sig to the command's process group.
+func (r *runner) signal(cmd *exec.Cmd, sig syscall.Signal) {
+	if err := syscall.Kill(-cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		r.logf("send %v to process group %d: %v", sig, cmd.Process.Pid, err)
+	}
+}
+
+func (r *runner) logf(format string, args ...any) {
+	fmt.Fprintf(r.stderr, "fence: "+format+"\n", args...)
+}
+
+// exitStatus maps a finished process to a shell-style exit status.
+func exitStatus(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// startFailure maps a start error to the status env(1) uses.
+func startFailure(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return exitNoFound
+	}
+	return exitNoExec
+}
