@@ -57,9 +57,9 @@ test-unit: ## Run only the tests that need no control plane.
 
 ##@ Run
 
-.PHONY: run
-run: control-plane manifests ## Start a local kube-apiserver and etcd, install the CRD, run the operator and apply config/samples.
-	hack/run-local.sh
+.PHONY: demo
+demo: control-plane build ## Show the operator at work: real kube-apiserver and etcd, the operator binary, config/samples, a holder that dies.
+	go run ./hack/demo
 
 ##@ Build
 
