@@ -58,12 +58,7 @@ func renewTimeOf(l *coordinationv1.Lease) string {
 func (o *observations) observe(key types.NamespacedName, l *coordinationv1.Lease, fence int64) holder.Clock {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	now := o.clock.Now()
-	obs := o.byKey[key]
-	if obs == nil {
-		obs = &observation{}
-		o.byKey[key] = obs
-	}
+	now, obs := o.clock.Now(), o.get(key)
 	switch g := grantKey(l); {
 	case !newer(l.ResourceVersion, obs.rv):
 		// A read older than one already seen (a lagging cache) says nothing new.
@@ -87,12 +82,7 @@ func (o *observations) observe(key types.NamespacedName, l *coordinationv1.Lease
 func (o *observations) confirmed(key types.NamespacedName, l *coordinationv1.Lease, fence int64, newGrant bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	now := o.clock.Now()
-	obs := o.byKey[key]
-	if obs == nil {
-		obs = &observation{}
-		o.byKey[key] = obs
-	}
+	now, obs := o.clock.Now(), o.get(key)
 	if newGrant || obs.grant != grantKey(l) {
 		obs.grant, obs.grantedAt = grantKey(l), now
 	}
@@ -122,6 +112,16 @@ func (o *observations) maxFence(key types.NamespacedName) int64 {
 		return obs.maxFence
 	}
 	return 0
+}
+
+// get returns the observation of key, creating it; o.mu must be held.
+func (o *observations) get(key types.NamespacedName) *observation {
+	obs := o.byKey[key]
+	if obs == nil {
+		obs = &observation{}
+		o.byKey[key] = obs
+	}
+	return obs
 }
 
 func (o *observations) forget(key types.NamespacedName) {

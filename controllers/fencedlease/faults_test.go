@@ -263,4 +263,3 @@ func TestFenceRegressionRefusesToGrant(t *testing.T) {
 	f.g.Expect(f.get("db").Status.Holder).To(BeNil())
 	f.g.Expect(f.checker.Published()).To(BeEmpty())
 }
-

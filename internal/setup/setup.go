@@ -41,7 +41,7 @@ func CacheOptions() cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:            {},
+			&corev1.Pod{}:           {},
 			&coordinationv1.Lease{}: {},
 		},
 	}
