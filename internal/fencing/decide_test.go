@@ -1,0 +1,230 @@
+package fencing
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+)
+
+const (
+	ns       = "team-a"
+	lbl      = "fencedlease.io/protected-by"
+	ann      = "fencedlease.io/fence"
+	operator = "system:serviceaccount:fencedlease-system:fencedlease-controller-manager"
+)
+
+var (
+	principals = Principals{
+		OperatorUsers:    []string{operator},
+		BreakGlassUsers:  []string{"alice"},
+		BreakGlassGroups: []string{"sre:break-glass"},
+	}
+	podA   = Caller{Username: "system:serviceaccount:team-a:default", PodName: "a", PodUID: "uid-a"}
+	podB   = Caller{Username: "system:serviceaccount:team-a:default", PodName: "b", PodUID: "uid-b"}
+	admin  = Caller{Username: "admin", Groups: []string{"system:masters"}}
+	heldA  = Lease{Found: true, Fence: 42, Holder: &Holder{PodName: "a", PodUID: "uid-a"}}
+	noneAt = Lease{Found: true, Fence: 42}
+)
+
+// obj is a protected object's metadata; fence "" means no annotation.
+func obj(lease, fence string) *Object {
+	o := &Object{Labels: map[string]string{lbl: lease}, Annotations: map[string]string{}}
+	if fence != "-" {
+		o.Annotations[ann] = fence
+	}
+	return o
+}
+
+func update(c Caller, old, new *Object) Request {
+	return Request{Operation: Update, Kind: "ConfigMap", Namespace: ns, Name: "state", Old: old, New: new, Caller: c}
+}
+
+func create(c Caller, new *Object) Request {
+	return Request{Operation: Create, Kind: "Secret", Namespace: ns, Name: "creds", New: new, Caller: c}
+}
+
+func del(c Caller, old *Object) Request {
+	return Request{Operation: Delete, Kind: "ConfigMap", Namespace: ns, Name: "state", Old: old, Caller: c}
+}
+
+func TestDecide(t *testing.T) {
+	unlabelled := &Object{Labels: map[string]string{"app": "x"}}
+	relabelled := obj("other", "42")
+	unprotectedNew := &Object{Labels: map[string]string{}, Annotations: map[string]string{ann: "42"}}
+	for _, tc := range []struct {
+		name    string
+		req     Request
+		lease   Lease
+		fresh   bool
+		allowed bool
+		reread  bool
+		reason  Reason
+		message string
+		audit   bool
+	}{
+		// Rule 1: principals.
+		{name: "unlabelled object", req: update(admin, unlabelled, unlabelled), allowed: true, reason: ReasonUnprotected},
+		{name: "operator without fence", req: update(Caller{Username: operator}, obj("db", "-"), obj("db", "-")), allowed: true, reason: ReasonOperator},
+		{name: "operator removes the label", req: update(Caller{Username: operator}, obj("db", "42"), unprotectedNew), allowed: true, reason: ReasonOperator},
+		{name: "break-glass user", req: update(Caller{Username: "alice"}, obj("db", "42"), obj("db", "-")), allowed: true, reason: ReasonBreakGlass, audit: true},
+		{name: "break-glass group", req: del(Caller{Username: "carol", Groups: []string{"dev", "sre:break-glass"}}, obj("db", "42")), allowed: true, reason: ReasonBreakGlass, audit: true},
+		{name: "namespace controller deletes", req: del(Caller{Username: "system:serviceaccount:kube-system:namespace-controller"}, obj("db", "42")), allowed: true, reason: ReasonSystemCleanup},
+		{name: "garbage collector deletes", req: del(Caller{Username: "system:serviceaccount:kube-system:generic-garbage-collector"}, obj("db", "42")), allowed: true, reason: ReasonSystemCleanup},
+		{name: "kube-controller-manager deletes", req: del(Caller{Username: "system:kube-controller-manager"}, obj("db", "42")), allowed: true, reason: ReasonSystemCleanup},
+		{
+			name: "namespace controller may not update", req: update(Caller{Username: "system:serviceaccount:kube-system:namespace-controller"}, obj("db", "42"), obj("db", "-")),
+			lease: heldA, reason: ReasonMissingFence,
+			message: `ConfigMap team-a/state: write rejected: no fencedlease.io/fence annotation: only the holder of FencedLease "db" may write this object, with its fence`,
+		},
+		{
+			name: "admin without fence", req: create(admin, obj("db", "-")), lease: heldA, reason: ReasonMissingFence,
+			message: `Secret team-a/creds: write rejected: no fencedlease.io/fence annotation: only the holder of FencedLease "db" may write this object, with its fence`,
+		},
+
+		// Rule 2: writes with a fence.
+		{name: "holder creates", req: create(podA, obj("db", "42")), lease: heldA, allowed: true, reason: ReasonHolder},
+		{name: "holder updates", req: update(podA, obj("db", "41"), obj("db", "42")), lease: heldA, allowed: true, reason: ReasonHolder},
+		{name: "holder rewrites with the same fence", req: update(podA, obj("db", "42"), obj("db", "42")), lease: heldA, allowed: true, reason: ReasonHolder},
+		{
+			// A patch carries the stored fence over: the fence proves nothing
+			// about who writes, only a pod's bound identity does.
+			name: "caller that is not a pod with the current fence", req: update(admin, obj("db", "42"), obj("db", "42")), lease: heldA, reason: ReasonWriteNotPod,
+			message: `ConfigMap team-a/state: write with fence 42 rejected: user "admin" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`,
+		},
+		{
+			name: "caller that is not a pod with a stale fence is told it is stale", req: update(admin, obj("db", "41"), obj("db", "41")), lease: heldA, reason: ReasonStaleFence,
+			message: `ConfigMap team-a/state: write with fence 41 rejected: stale holder: FencedLease "db" is at fence 42`,
+		},
+		{name: "stored fence not a token", req: update(podA, obj("db", "garbage"), obj("db", "42")), lease: heldA, allowed: true, reason: ReasonHolder},
+		{
+			name: "stale holder", req: update(podA, obj("db", "40"), obj("db", "41")), lease: heldA, reason: ReasonStaleFence,
+			message: `ConfigMap team-a/state: write with fence 41 rejected: stale holder: FencedLease "db" is at fence 42`,
+		},
+		{
+			name: "stale holder, no re-read even with cached state", req: create(podB, obj("db", "41")), lease: heldA, reason: ReasonStaleFence,
+			message: `Secret team-a/creds: write with fence 41 rejected: stale holder: FencedLease "db" is at fence 42`,
+		},
+		{
+			name: "lower than the object's fence", req: update(podA, obj("db", "43"), obj("db", "42")), lease: heldA, reason: ReasonObjectFenceRegression,
+			message: `ConfigMap team-a/state: write with fence 42 rejected: the object was last written with fence 43`,
+		},
+		{
+			name: "fence annotation removed", req: update(podA, obj("db", "42"), obj("db", "-")), lease: heldA, reason: ReasonMissingFence,
+			message: `ConfigMap team-a/state: write rejected: no fencedlease.io/fence annotation: only the holder of FencedLease "db" may write this object, with its fence`,
+		},
+		{
+			name: "stale holder on an object a newer holder wrote", req: update(podA, obj("db", "42"), obj("db", "41")), lease: heldA, reason: ReasonStaleFence,
+			message: `ConfigMap team-a/state: write with fence 41 rejected: stale holder: FencedLease "db" is at fence 42`,
+		},
+		{
+			name: "lower than the object's fence, FencedLease not in the cache", req: update(podA, obj("db", "43"), obj("db", "42")), lease: Lease{}, reason: ReasonObjectFenceRegression,
+			message: `ConfigMap team-a/state: write with fence 42 rejected: the object was last written with fence 43`,
+		},
+		{name: "higher than cached: re-read", req: update(podB, obj("db", "42"), obj("db", "50")), lease: heldA, reread: true, reason: ReasonUnknownFence},
+		{
+			name: "higher than fresh: unknown", req: update(podB, obj("db", "42"), obj("db", "50")), lease: heldA, fresh: true, reason: ReasonUnknownFence,
+			message: `ConfigMap team-a/state: write with fence 50 rejected: unknown fence: FencedLease "db" is at fence 42`,
+		},
+		{name: "not in the cache: re-read", req: create(podA, obj("db", "42")), lease: Lease{}, reread: true, reason: ReasonLeaseNotFound},
+		{
+			name: "not found", req: create(podA, obj("db", "42")), lease: Lease{}, fresh: true, reason: ReasonLeaseNotFound,
+			message: `Secret team-a/creds: write with fence 42 rejected: FencedLease "db" not found in namespace team-a`,
+		},
+		{name: "no holder in the cache: re-read", req: create(podA, obj("db", "42")), lease: noneAt, reread: true, reason: ReasonNoHolder},
+		{
+			name: "no holder", req: create(podA, obj("db", "42")), lease: noneAt, fresh: true, reason: ReasonNoHolder,
+			message: `Secret team-a/creds: write with fence 42 rejected: FencedLease "db" has no holder (fence 42)`,
+		},
+		{
+			name: "no holder, caller not a pod", req: create(admin, obj("db", "42")), lease: noneAt, fresh: true, reason: ReasonNoHolder,
+			message: `Secret team-a/creds: write with fence 42 rejected: FencedLease "db" has no holder (fence 42)`,
+		},
+		{name: "other pod than the cached holder: re-read", req: update(podB, obj("db", "41"), obj("db", "42")), lease: heldA, reread: true, reason: ReasonNotHolder},
+		{
+			name: "standby with the holder's fence", req: update(podB, obj("db", "41"), obj("db", "42")), lease: heldA, fresh: true, reason: ReasonNotHolder,
+			message: `ConfigMap team-a/state: write with fence 42 rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence 42)`,
+		},
+
+		// Rule 3 and the label.
+		{name: "holder deletes", req: del(podA, obj("db", "42")), lease: heldA, allowed: true, reason: ReasonHolder},
+		{name: "standby deletes, cached: re-read", req: del(podB, obj("db", "42")), lease: heldA, reread: true, reason: ReasonNotHolder},
+		{
+			name: "standby deletes", req: del(podB, obj("db", "42")), lease: heldA, fresh: true, reason: ReasonNotHolder,
+			message: `ConfigMap team-a/state: delete rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence 42)`,
+		},
+		{
+			name: "pod deletes, no holder", req: del(podA, obj("db", "42")), lease: noneAt, fresh: true, reason: ReasonNoHolder,
+			message: `ConfigMap team-a/state: delete rejected: FencedLease "db" has no holder (fence 42)`,
+		},
+		{
+			name: "pod deletes, no FencedLease", req: del(podA, obj("db", "42")), lease: Lease{}, fresh: true, reason: ReasonLeaseNotFound,
+			message: `ConfigMap team-a/state: delete rejected: FencedLease "db" not found in namespace team-a`,
+		},
+		{
+			name: "admin deletes", req: del(admin, obj("db", "42")), lease: heldA, reason: ReasonDeleteNotPod,
+			message: `ConfigMap team-a/state: delete rejected: a delete carries no fence: only the holder pod of FencedLease "db" may delete this object`,
+		},
+		{
+			name: "holder removes the label", req: update(podA, obj("db", "42"), unprotectedNew), lease: heldA, reason: ReasonLabelChanged,
+			message: `ConfigMap team-a/state: write rejected: label fencedlease.io/protected-by=db cannot be removed (only the operator or a break-glass user can)`,
+		},
+		{
+			name: "holder points the label elsewhere", req: update(podA, obj("db", "42"), relabelled), lease: heldA, reason: ReasonLabelChanged,
+			message: `ConfigMap team-a/state: write rejected: label fencedlease.io/protected-by=db cannot be changed to "other" (only the operator or a break-glass user can)`,
+		},
+		{name: "holder protects an unprotected object", req: update(podA, unlabelled, obj("db", "42")), lease: heldA, allowed: true, reason: ReasonHolder},
+		{
+			name: "empty label", req: create(podA, obj("", "42")), lease: heldA, reason: ReasonInvalidLabel,
+			message: `Secret team-a/creds: write rejected: label fencedlease.io/protected-by must name a FencedLease in the same namespace`,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			d := Decide(tc.req, tc.lease, tc.fresh, principals)
+			g.Expect(d.Allowed).To(Equal(tc.allowed), d.Message)
+			g.Expect(d.Reread).To(Equal(tc.reread))
+			g.Expect(d.Reason).To(Equal(tc.reason))
+			g.Expect(d.Message).To(Equal(tc.message))
+			g.Expect(d.Audit).To(Equal(tc.audit))
+		})
+	}
+}
+
+// TestDecideMalformedFence checks every non-canonical token, with the
+// message of fence.ParseFence.
+func TestDecideMalformedFence(t *testing.T) {
+	for _, tc := range []struct{ fence, message string }{
+		{"", `invalid fence "": empty`},
+		{"abc", `invalid fence "abc": not a decimal integer`},
+		{"-1", `invalid fence "-1": sign not allowed`},
+		{"+1", `invalid fence "+1": sign not allowed`},
+		{"0", `invalid fence "0": must be positive`},
+		{"007", `invalid fence "007": leading zero`},
+		{" 42", `invalid fence " 42": whitespace not allowed`},
+		{"42\n", `invalid fence "42\n": whitespace not allowed`},
+		{"4.2e1", `invalid fence "4.2e1": not a decimal integer`},
+		{"9223372036854775808", `invalid fence "9223372036854775808": out of range for int64`},
+		{"٤٢", `invalid fence "٤٢": non-ASCII character`},
+	} {
+		t.Run(tc.fence, func(t *testing.T) {
+			g := NewWithT(t)
+			d := Decide(update(podA, obj("db", "41"), obj("db", tc.fence)), heldA, false, principals)
+			g.Expect(d.Allowed).To(BeFalse())
+			g.Expect(d.Reread).To(BeFalse())
+			g.Expect(d.Reason).To(Equal(ReasonMalformedFence))
+			g.Expect(d.Message).To(Equal("ConfigMap team-a/state: write rejected: annotation fencedlease.io/fence: " + tc.message))
+		})
+	}
+}
+
+func TestProtectedBy(t *testing.T) {
+	g := NewWithT(t)
+	name, ok := ProtectedBy(update(podA, obj("db", "1"), obj("other", "1")))
+	g.Expect(name).To(Equal("db"), "the stored object's label decides")
+	g.Expect(ok).To(BeTrue())
+	name, ok = ProtectedBy(update(podA, &Object{}, obj("db", "1")))
+	g.Expect(name).To(Equal("db"))
+	g.Expect(ok).To(BeTrue())
+	_, ok = ProtectedBy(del(podA, &Object{}))
+	g.Expect(ok).To(BeFalse())
+}

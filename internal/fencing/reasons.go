@@ -1,0 +1,81 @@
+package fencing
+
+// Reason is the code of a decision: the reason label of the metric
+// fencedlease_webhook_decisions_total. The set is fixed, so the label has a
+// bounded number of values.
+type Reason string
+
+// Reasons of allowed requests.
+const (
+	// ReasonUnprotected: neither the old nor the new object carries the
+	// protected-by label (the objectSelector normally keeps such requests
+	// away from the webhook).
+	ReasonUnprotected Reason = "unprotected"
+	// ReasonOperator: the caller is the operator.
+	ReasonOperator Reason = "operator"
+	// ReasonBreakGlass: the caller is a break-glass user or group member;
+	// the write is audited.
+	ReasonBreakGlass Reason = "break_glass"
+	// ReasonSystemCleanup: a DELETE by the namespace controller or the
+	// garbage collector.
+	ReasonSystemCleanup Reason = "system_cleanup"
+	// ReasonHolder: a write with the current fence by the holder pod, or a
+	// DELETE by the holder pod.
+	ReasonHolder Reason = "holder"
+)
+
+// Reasons of denied requests.
+const (
+	// ReasonLabelChanged: the protected-by label would be removed or changed.
+	ReasonLabelChanged Reason = "label_changed"
+	// ReasonInvalidLabel: the protected-by label is empty.
+	ReasonInvalidLabel Reason = "invalid_label"
+	// ReasonMissingFence: a write without the fence annotation.
+	ReasonMissingFence Reason = "missing_fence"
+	// ReasonMalformedFence: the fence annotation is not a canonical token.
+	ReasonMalformedFence Reason = "malformed_fence"
+	// ReasonObjectFenceRegression: the fence is lower than the fence stored
+	// on the object by its last accepted writer.
+	ReasonObjectFenceRegression Reason = "object_fence_regression"
+	// ReasonStaleFence: the fence is lower than the FencedLease's current
+	// fence: a stale holder.
+	ReasonStaleFence Reason = "stale_fence"
+	// ReasonUnknownFence: the fence is higher than the FencedLease's current
+	// fence, even as read from the API server: it was never granted.
+	ReasonUnknownFence Reason = "unknown_fence"
+	// ReasonLeaseNotFound: no FencedLease of the label's name in the namespace.
+	ReasonLeaseNotFound Reason = "lease_not_found"
+	// ReasonNoHolder: the FencedLease has no holder.
+	ReasonNoHolder Reason = "no_holder"
+	// ReasonNotHolder: the caller is a pod other than the current holder.
+	ReasonNotHolder Reason = "not_holder"
+	// ReasonWriteNotPod: a write with the current fence by a caller that is
+	// neither a pod nor a privileged principal. A fence is no secret (it is
+	// on the object for anyone to read, and a patch carries the stored one
+	// over), so only a pod's bound identity shows that a write comes from the
+	// holder.
+	ReasonWriteNotPod Reason = "write_not_pod"
+	// ReasonDeleteNotPod: a DELETE by a caller that is neither a pod nor a
+	// privileged principal; a DELETE cannot carry a fence.
+	ReasonDeleteNotPod Reason = "delete_not_pod"
+)
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	// Allowed says whether the request may proceed.
+	Allowed bool
+	// Reread asks the caller to read the FencedLease from the API server and
+	// decide again: the cached state may lag behind a newer grant. It is
+	// never set when Decide was called with fresh state.
+	Reread bool
+	// Reason is the code of the decision.
+	Reason Reason
+	// Message explains a denial; empty when allowed.
+	Message string
+	// Audit is set for break-glass writes: log, record an Event, count.
+	Audit bool
+	// Lease is the name of the FencedLease that protects the object.
+	Lease string
+	// Fence is the fence presented by the write, 0 if none or malformed.
+	Fence int64
+}

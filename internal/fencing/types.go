@@ -1,0 +1,105 @@
+package fencing
+
+import (
+	"slices"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Operation is the admission operation of a request.
+type Operation string
+
+// Operations the fencing webhook is registered for.
+const (
+	Create Operation = "CREATE"
+	Update Operation = "UPDATE"
+	Delete Operation = "DELETE"
+)
+
+// Object is the metadata of the old or the new object of a request. The
+// webhook never decodes anything else, so Secret data never reaches it.
+type Object struct {
+	Labels      map[string]string
+	Annotations map[string]string
+}
+
+// Request is an admission request for a ConfigMap or Secret.
+type Request struct {
+	Operation Operation
+	// Kind, Namespace and Name name the object in messages ("ConfigMap").
+	Kind, Namespace, Name string
+	// Old is the stored object (UPDATE, DELETE); nil on CREATE.
+	Old *Object
+	// New is the object to be stored (CREATE, UPDATE); nil on DELETE.
+	New *Object
+	// Caller is who sends the request.
+	Caller Caller
+}
+
+// Caller is the authenticated user of a request.
+type Caller struct {
+	Username string
+	Groups   []string
+	// PodName and PodUID are set when the caller authenticates with a
+	// service-account token bound to a pod: the API server copies them from
+	// the token into the user info (authentication.kubernetes.io/pod-name
+	// and pod-uid).
+	PodName string
+	PodUID  types.UID
+}
+
+// IsPod reports whether the caller is a pod with a bound token.
+func (c Caller) IsPod() bool { return c.PodUID != "" }
+
+// Lease is the state of the FencedLease that protects an object, as read
+// from the informer cache or the API server.
+type Lease struct {
+	// Found is false when no FencedLease of that name exists in the namespace.
+	Found bool
+	// Fence is status.fence: the fence of the last committed grant.
+	Fence int64
+	// Holder is status.holder: nil when nobody holds the lease.
+	Holder *Holder
+}
+
+// Holder is the pod of the current grant.
+type Holder struct {
+	PodName string
+	PodUID  types.UID
+}
+
+// Principals are the callers that write without a fence.
+type Principals struct {
+	// OperatorUsers are the user names of the operator itself.
+	OperatorUsers []string
+	// BreakGlassUsers and BreakGlassGroups repair protected objects by hand;
+	// their writes are audited.
+	BreakGlassUsers  []string
+	BreakGlassGroups []string
+}
+
+// systemCleanupUsers may DELETE protected objects so that namespace deletion
+// and garbage collection complete: the namespace controller and the garbage
+// collector, with their own service accounts
+// (--use-service-account-credentials) or as kube-controller-manager itself.
+var systemCleanupUsers = []string{
+	"system:serviceaccount:kube-system:namespace-controller",
+	"system:serviceaccount:kube-system:generic-garbage-collector",
+	"system:kube-controller-manager",
+}
+
+func (p Principals) isOperator(c Caller) bool {
+	return slices.Contains(p.OperatorUsers, c.Username)
+}
+
+func (p Principals) isBreakGlass(c Caller) bool {
+	if slices.Contains(p.BreakGlassUsers, c.Username) {
+		return true
+	}
+	for _, g := range c.Groups {
+		if slices.Contains(p.BreakGlassGroups, g) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,15 @@
+// Package fencing is the validating admission webhook that enforces fencing
+// tokens at the destination: it rejects writes to protected ConfigMaps and
+// Secrets (label fencedlease.io/protected-by) from anyone but the current
+// holder of the FencedLease, with its current fence.
+//
+// It is a raw admission.Handler rather than a typed CustomValidator because
+// the rules need the caller's user info (pod identity from a bound
+// service-account token, operator and break-glass principals) and the
+// metadata of the stored object. It decodes only object metadata, so Secret
+// data is never held or logged. The rules themselves live in
+// internal/fencing; this package gathers their inputs and acts on the result:
+// it reads the FencedLease from the informer cache, reads it once from the API
+// server when the cache may lag behind a newer grant, records Events and
+// counts decisions in Prometheus metrics.
+package fencing

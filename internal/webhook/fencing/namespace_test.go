@@ -1,0 +1,85 @@
+package fencing_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/fencedlease/fencedlease/test/testenv"
+)
+
+// kubeControllerManager is built by 'hack/tools.sh cluster' next to the
+// envtest binaries.
+func kubeControllerManager(t *testing.T) string {
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		dir = filepath.Join(testenv.RepoRoot(), "bin", "k8s", "1.37.2")
+	}
+	bin := filepath.Join(dir, "kube-controller-manager")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%s is missing: run 'hack/tools.sh cluster' (make builds it) first", bin)
+	}
+	return bin
+}
+
+// TestNamespaceDeletionCompletes runs the real namespace controller of
+// kube-controller-manager (as system:kube-controller-manager, without
+// per-controller service accounts) and deletes a namespace holding protected
+// ConfigMaps and Secrets: the webhook lets the cleanup through and the
+// namespace goes away.
+func TestNamespaceDeletionCompletes(t *testing.T) {
+	bin := kubeControllerManager(t)
+	f := newFixture(t)
+	f.startOperator(testenv.ManagerOptions{})
+	f.fencedLease("db")
+	f.g.Expect(f.operator.Create(f.ctx, f.configMap("state", "db", "", "v1"))).To(Succeed())
+	f.g.Expect(f.operator.Create(f.ctx, f.secret("creds", "db", "", "s1"))).To(Succeed())
+	f.g.Expect(f.operator.Create(f.ctx, f.configMap("orphan", "gone", "", "v1"))).To(Succeed())
+
+	au, err := env.AddUser(envtest.User{Name: "system:kube-controller-manager", Groups: []string{"system:masters"}}, nil)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	kubeconfig, err := au.KubeConfig()
+	f.g.Expect(err).NotTo(HaveOccurred())
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	f.g.Expect(os.WriteFile(path, kubeconfig, 0o600)).To(Succeed())
+	var out bytes.Buffer
+	kcm := exec.Command(bin, "--kubeconfig="+path, "--leader-elect=false", "--secure-port=0",
+		"--controllers=namespace-controller,garbage-collector-controller", "--use-service-account-credentials=false",
+		"--concurrent-namespace-syncs=2")
+	kcm.Stdout, kcm.Stderr = &out, &out
+	f.g.Expect(kcm.Start()).To(Succeed())
+	exited := make(chan error, 1)
+	go func() { exited <- kcm.Wait() }()
+	t.Cleanup(func() {
+		_ = kcm.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("kube-controller-manager output:\n%s", out.String())
+		}
+	})
+
+	ns := &corev1.Namespace{}
+	f.g.Expect(f.c.Get(f.ctx, types.NamespacedName{Name: f.ns}, ns)).To(Succeed())
+	f.g.Expect(f.c.Delete(f.ctx, ns)).To(Succeed())
+	f.g.Eventually(func(g Gomega) bool {
+		select {
+		case err := <-exited:
+			exited <- err
+			g.Expect(err).NotTo(HaveOccurred(), "kube-controller-manager exited")
+			g.Expect("exited").To(BeEmpty(), "kube-controller-manager exited")
+		default:
+		}
+		return apierrors.IsNotFound(f.c.Get(f.ctx, types.NamespacedName{Name: f.ns}, ns))
+	}).WithTimeout(90*time.Second).WithPolling(250*time.Millisecond).Should(BeTrue(),
+		"namespace %s was not deleted: %+v", f.ns, ns.Status)
+	f.g.Expect(decisions(map[string]string{"result": "allowed", "reason": "system_cleanup"})).To(BeNumerically(">=", 3))
+}

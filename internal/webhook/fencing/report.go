@@ -1,0 +1,83 @@
+package fencing
+
+import (
+	"context"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	rules "github.com/fencedlease/fencedlease/internal/fencing"
+)
+
+// isStale says whether a denial comes from a stale or impostor holder; each
+// such denial is recorded as a StaleWriteRejected Event on the FencedLease,
+// related to the protected object. The events API aggregates Events with the
+// same regarding and related objects, reason and action into one series
+// (keeping the first note and counting the rest), so a holder that keeps
+// retrying adds to one series per object and operation instead of flooding
+// the namespace.
+func isStale(r rules.Reason) bool {
+	switch r {
+	case rules.ReasonStaleFence, rules.ReasonObjectFenceRegression, rules.ReasonUnknownFence, rules.ReasonNotHolder:
+		return true
+	}
+	return false
+}
+
+// report logs a decision and records the Events it calls for. Only metadata
+// is ever logged.
+func (h *Handler) report(ctx context.Context, r rules.Request, d rules.Decision, fl *fencingv1alpha1.FencedLease) {
+	log := ctrl.LoggerFrom(ctx).WithValues("kind", r.Kind, "operation", r.Operation,
+		"fencedLease", klog.KRef(r.Namespace, d.Lease), "reason", d.Reason)
+	if r.Caller.IsPod() {
+		log = log.WithValues("podName", r.Caller.PodName, "podUID", r.Caller.PodUID)
+	}
+	switch {
+	case d.Audit:
+		log.Info("Break-glass write admitted without a fence", "groups", r.Caller.Groups)
+		h.Recorder.Eventf(regarding(fl, r.Namespace, d.Lease), related(r), corev1.EventTypeWarning, fencingv1alpha1.EventBreakGlass, action("Admit", r),
+			"Break-glass %s of %s %s/%s by user %s, without a fence", r.Operation, r.Kind, r.Namespace, r.Name, r.Caller.Username)
+	case !d.Allowed:
+		log.V(1).Info("Write rejected", "fence", d.Fence, "message", d.Message)
+		if isStale(d.Reason) && fl != nil {
+			h.Recorder.Eventf(fl, related(r), corev1.EventTypeWarning, fencingv1alpha1.EventStaleWriteRejected, action("Reject", r), "%s", d.Message)
+		}
+	default:
+		log.V(4).Info("Write admitted", "fence", d.Fence)
+	}
+}
+
+// regarding is the FencedLease an Event is about; a reference by name when
+// it does not exist (a break-glass repair may come after it is gone).
+func regarding(fl *fencingv1alpha1.FencedLease, namespace, name string) *fencingv1alpha1.FencedLease {
+	if fl != nil {
+		return fl
+	}
+	return &fencingv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+}
+
+// related is the protected object an Event is about, by name.
+func related(r rules.Request) runtime.Object {
+	meta := metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name}
+	switch r.Kind {
+	case "ConfigMap":
+		return &corev1.ConfigMap{ObjectMeta: meta}
+	case "Secret":
+		return &corev1.Secret{ObjectMeta: meta}
+	}
+	return nil
+}
+
+// action is the Event's action: "RejectUpdate", "AdmitDelete"...
+func action(verb string, r rules.Request) string {
+	op := string(r.Operation)
+	if op == "" {
+		return verb
+	}
+	return verb + op[:1] + strings.ToLower(op[1:])
+}

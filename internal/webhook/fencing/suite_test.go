@@ -1,0 +1,283 @@
+package fencing_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/setup"
+	"github.com/fencedlease/fencedlease/test/testenv"
+)
+
+var env *testenv.Env
+
+// The principals of the webhook in these tests.
+const (
+	operatorUser    = "system:serviceaccount:fencedlease-system:fencedlease-controller-manager"
+	breakGlassGroup = "sre:break-glass"
+	denied          = `admission webhook "protected.fencedlease.io" denied the request: `
+)
+
+var webhookOptions = setup.WebhookOptions{
+	OperatorUsers:    []string{operatorUser},
+	BreakGlassUsers:  []string{"bob"},
+	BreakGlassGroups: []string{breakGlassGroup},
+}
+
+func TestMain(m *testing.M) {
+	var out io.Writer = io.Discard
+	if os.Getenv("FENCEDLEASE_TEST_LOG") != "" {
+		out = os.Stderr
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(out), zap.UseDevMode(true), zap.Level(zapcore.Level(-4))))
+	var err error
+	env, err = testenv.Start(testenv.WithWebhooks())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop control plane:", err)
+	}
+	os.Exit(code)
+}
+
+const (
+	timeout = 30 * time.Second
+	poll    = 50 * time.Millisecond
+)
+
+// fixture is one test's namespace with the operator serving the webhooks.
+// Tests do not run in parallel: the API server calls one webhook server.
+type fixture struct {
+	t   testing.TB
+	g   Gomega
+	ctx context.Context
+	ns  string
+	// c is an administrator that is no principal of the webhook: its writes
+	// to protected objects need a fence like anyone's.
+	c client.Client
+	// operator is the operator's user.
+	operator client.Client
+}
+
+func newFixture(t testing.TB) *fixture {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	g := NewWithT(t)
+	ns, err := testenv.Namespace(ctx, env.Client, "fw")
+	g.Expect(err).NotTo(HaveOccurred())
+	f := &fixture{t: t, g: g, ctx: ctx, ns: ns, c: env.Client}
+	f.operator = f.user(operatorUser)
+	// The pods' service account may write ConfigMaps and Secrets: RBAC lets
+	// them, only the webhook stands in the way.
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "writer"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"},
+			Verbs: []string{"get", "list", "create", "update", "patch", "delete"}}},
+	}
+	g.Expect(f.c.Create(ctx, role)).To(Succeed())
+	g.Expect(f.c.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "writer"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "writer"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "default"}},
+	})).To(Succeed())
+	return f
+}
+
+// user is a client that authenticates as name (and the given groups), with
+// every permission RBAC can give.
+func (f *fixture) user(name string, groups ...string) client.Client {
+	au, err := env.AddUser(envtest.User{Name: name, Groups: append(groups, "system:masters")}, nil)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	c, err := client.New(au.Config(), client.Options{Scheme: setup.Scheme()})
+	f.g.Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
+// operator is a running operator; Stop stops it once.
+type operator struct {
+	*testenv.Manager
+	once sync.Once
+	err  error
+}
+
+func (o *operator) Stop() error {
+	o.once.Do(func() { o.err = o.Manager.Stop() })
+	return o.err
+}
+
+// startOperator runs the operator (controller and webhooks, as cmd/manager
+// wires them) until the test ends.
+func (f *fixture) startOperator(o testenv.ManagerOptions) *operator {
+	o.Namespace = f.ns
+	if o.Webhooks == nil && o.Register == nil {
+		o.Webhooks = &env.WebhookInstallOptions
+		o.WebhookOptions = webhookOptions
+	}
+	m, err := testenv.StartManager(f.ctx, env.Config, o)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	op := &operator{Manager: m}
+	f.t.Cleanup(func() { _ = op.Stop() })
+	return op
+}
+
+var appLabels = map[string]string{"app": "singleton"}
+
+// fencedLease creates a FencedLease that hands over at once when the holder
+// becomes ineligible (Immediate: correct only because writes are fenced,
+// which is what these tests check).
+func (f *fixture) fencedLease(name string) {
+	f.g.Expect(f.c.Create(f.ctx, &fencingv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name},
+		Spec: fencingv1alpha1.FencedLeaseSpec{
+			Selector:             metav1.LabelSelector{MatchLabels: appLabels},
+			LeaseDurationSeconds: 15,
+			Takeover:             fencingv1alpha1.TakeoverImmediate,
+		},
+	})).To(Succeed())
+}
+
+// readyPod creates a candidate that has been ready for readyFor (the one
+// ready the longest is granted first).
+func (f *fixture) readyPod(name string, readyFor time.Duration) *corev1.Pod {
+	pod, err := testenv.CreatePod(f.ctx, f.c, testenv.Pod{Namespace: f.ns, Name: name, Labels: appLabels, ServiceAccount: "default"})
+	f.g.Expect(err).NotTo(HaveOccurred())
+	f.g.Expect(testenv.SetReady(f.ctx, f.c, pod, time.Now().Add(-readyFor).Truncate(time.Second))).To(Succeed())
+	return pod
+}
+
+// asPod is a client that acts as the pod, with a bound service-account token.
+func (f *fixture) asPod(pod *corev1.Pod) client.Client {
+	c, err := testenv.PodClient(f.ctx, env.Config, pod)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
+// waitHolder waits until pod holds the FencedLease, published to the pod
+// after the status records it, and returns the fence.
+func (f *fixture) waitHolder(name, pod string, after int64) int64 {
+	var fence int64
+	f.g.Eventually(func(g Gomega) {
+		fl := &fencingv1alpha1.FencedLease{}
+		g.Expect(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: name}, fl)).To(Succeed())
+		g.Expect(fl.Status.Holder).NotTo(BeNil())
+		g.Expect(fl.Status.Holder.PodName).To(Equal(pod))
+		g.Expect(fl.Status.Fence).To(BeNumerically(">", after))
+		fence = fl.Status.Fence
+		p := &corev1.Pod{}
+		g.Expect(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: pod}, p)).To(Succeed())
+		g.Expect(p.Annotations[fencingv1alpha1.AnnotationFence]).To(Equal(strconv.FormatInt(fence, 10)))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	return fence
+}
+
+// protected is a ConfigMap or Secret protected by lease; fence "" leaves the
+// annotation out.
+func protected[T client.Object](obj T, ns, name, lease, fence string) T {
+	obj.SetNamespace(ns)
+	obj.SetName(name)
+	obj.SetLabels(map[string]string{fencingv1alpha1.LabelProtectedBy: lease})
+	if fence != "" {
+		obj.SetAnnotations(map[string]string{fencingv1alpha1.AnnotationFence: fence})
+	}
+	return obj
+}
+
+func (f *fixture) configMap(name, lease, fence, value string) *corev1.ConfigMap {
+	cm := protected(&corev1.ConfigMap{}, f.ns, name, lease, fence)
+	cm.Data = map[string]string{"value": value}
+	return cm
+}
+
+func (f *fixture) secret(name, lease, fence, value string) *corev1.Secret {
+	s := protected(&corev1.Secret{}, f.ns, name, lease, fence)
+	s.Data = map[string][]byte{"value": []byte(value)}
+	return s
+}
+
+func fenceOf(n int64) string { return strconv.FormatInt(n, 10) }
+
+// writeCM updates a ConfigMap as c would after reading it: the value and the
+// fence annotation change ("" removes it), the rest stays.
+func (f *fixture) writeCM(c client.Client, name, fence, value string) error {
+	cm := &corev1.ConfigMap{}
+	f.g.Expect(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: name}, cm)).To(Succeed())
+	setFence(cm, fence)
+	cm.Data = map[string]string{"value": value}
+	return c.Update(f.ctx, cm)
+}
+
+func (f *fixture) writeSecret(c client.Client, name, fence, value string) error {
+	s := &corev1.Secret{}
+	f.g.Expect(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: name}, s)).To(Succeed())
+	setFence(s, fence)
+	s.Data = map[string][]byte{"value": []byte(value)}
+	return c.Update(f.ctx, s)
+}
+
+func setFence(obj client.Object, fence string) {
+	a := obj.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	if fence == "" {
+		delete(a, fencingv1alpha1.AnnotationFence)
+	} else {
+		a[fencingv1alpha1.AnnotationFence] = fence
+	}
+	obj.SetAnnotations(a)
+}
+
+// stored returns the value and the fence annotation of a stored ConfigMap.
+func (f *fixture) storedCM(name string) (string, string) {
+	cm := &corev1.ConfigMap{}
+	f.g.Expect(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: name}, cm)).To(Succeed())
+	return cm.Data["value"], cm.Annotations[fencingv1alpha1.AnnotationFence]
+}
+
+func (f *fixture) storedSecret(name string) (string, string) {
+	s := &corev1.Secret{}
+	f.g.Expect(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: name}, s)).To(Succeed())
+	return string(s.Data["value"]), s.Annotations[fencingv1alpha1.AnnotationFence]
+}
+
+// expectDenied checks that the webhook denied a request with message.
+func (f *fixture) expectDenied(err error, message string) {
+	f.t.Helper()
+	f.g.Expect(err).To(MatchError(denied+message), "the webhook must deny with the exact message")
+	f.g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a denial is 403 Forbidden: %v", err)
+}
+
+// events lists "reason: note" of the Events recorded for a FencedLease.
+func (f *fixture) events(name string) []string {
+	var list eventsv1.EventList
+	f.g.Expect(f.c.List(f.ctx, &list, client.InNamespace(f.ns))).To(Succeed())
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == name && e.Regarding.Kind == "FencedLease" {
+			out = append(out, e.Reason+": "+e.Note)
+		}
+	}
+	return out
+}
