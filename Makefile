@@ -48,7 +48,7 @@ verify: generate manifests ## Fail when generated code or manifests are out of d
 ##@ Test
 
 .PHONY: test
-test: control-plane verify vet ## Run every test: unit, and integration against a real kube-apiserver and etcd.
+test: cluster verify vet ## Run every test: unit, and integration against a real kube-apiserver, etcd, kube-controller-manager and PostgreSQL.
 	go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-unit
@@ -76,6 +76,10 @@ docker-build: ## Build the container image (needs a Docker engine).
 .PHONY: control-plane
 control-plane: ## Build kube-apiserver, etcd and kubectl into bin/k8s/ (minutes the first time).
 	@hack/tools.sh control-plane >/dev/null
+
+.PHONY: cluster
+cluster: ## Build the control plane plus kube-controller-manager and kube-scheduler into bin/k8s/.
+	@hack/tools.sh cluster >/dev/null
 
 $(CONTROLLER_GEN):
 	@hack/tools.sh controller-gen >/dev/null

@@ -102,7 +102,13 @@ func main() {
 		log.Error(err, "Cannot add the health check")
 		os.Exit(1)
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	readyz := healthz.Ping
+	if f.enableWebhooks {
+		// Not ready until the webhook server serves: the API server calls
+		// ready replicas only, and the webhooks fail closed.
+		readyz = mgr.GetWebhookServer().StartedChecker()
+	}
+	if err := mgr.AddReadyzCheck("readyz", readyz); err != nil {
 		log.Error(err, "Cannot add the readiness check")
 		os.Exit(1)
 	}

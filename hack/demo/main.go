@@ -6,10 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -37,13 +41,22 @@ func run() error {
 	defer cancel()
 	root := testenv.RepoRoot()
 	step("Starting kube-apiserver and etcd (built from source into bin/k8s/)")
-	env, err := testenv.Start()
+	env, err := testenv.Start(testenv.WithWebhooks())
 	if err != nil {
 		return err
 	}
 	defer func() { _ = env.Stop() }()
 	d := &demo{ctx: ctx, env: env, c: env.Client, kubectl: filepath.Join(env.BinaryAssetsDirectory, "kubectl")}
-	if err := d.writeKubeconfig(filepath.Join(root, "bin", "demo")); err != nil {
+	dir := filepath.Join(root, "bin", "demo")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if d.kubeconfig, err = d.writeKubeconfig(dir, "kubeconfig", "demo-admin"); err != nil {
+		return err
+	}
+	fmt.Printf("   kubeconfig: %s (try: %s --kubeconfig %s get fl)\n", d.kubeconfig, d.kubectl, d.kubeconfig)
+	operatorConfig, err := d.writeKubeconfig(dir, "operator.kubeconfig", operatorUser)
+	if err != nil {
 		return err
 	}
 
@@ -54,8 +67,11 @@ func run() error {
 		return err
 	}
 	defer logFile.Close()
-	mgr := exec.CommandContext(ctx, filepath.Join(root, "bin", "manager"), "--kubeconfig", d.kubeconfig,
-		"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0", "--enable-webhooks=false")
+	wh := env.WebhookInstallOptions
+	mgr := exec.CommandContext(ctx, filepath.Join(root, "bin", "manager"), "--kubeconfig", operatorConfig,
+		"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0",
+		"--webhook-port", strconv.Itoa(wh.LocalServingPort), "--webhook-cert-dir", wh.LocalServingCertDir,
+		"--operator-user", operatorUser)
 	mgr.Stdout, mgr.Stderr = logFile, logFile
 	if err := mgr.Start(); err != nil {
 		return fmt.Errorf("start bin/manager (run 'make build' first): %w", err)
@@ -68,11 +84,14 @@ func run() error {
 		return err
 	}
 
-	step("Three replicas of the singleton start (the demo plays their kubelet)")
+	step("Three replicas of the singleton start (the demo plays their kubelet); their service account may write ConfigMaps")
+	if err := grantConfigMaps(ctx, d.c); err != nil {
+		return err
+	}
 	var pods []*corev1.Pod
 	for i := range 3 {
 		p, err := testenv.CreatePod(ctx, d.c, testenv.Pod{Namespace: "default", Name: fmt.Sprintf("report-exporter-%d", i),
-			Labels: map[string]string{"app": "report-exporter"}})
+			Labels: map[string]string{"app": "report-exporter"}, ServiceAccount: "default"})
 		if err != nil {
 			return err
 		}
@@ -87,13 +106,23 @@ func run() error {
 	}
 	d.state()
 
-	step(fmt.Sprintf("The holder %s dies; with takeover Safe nobody is granted until its grant expires (15s)", holder))
+	step(fmt.Sprintf("%s writes the protected ConfigMap export-state with its fence %d, as itself (bound service-account token)", holder, fence))
+	byName := map[string]*corev1.Pod{}
+	clients := map[string]client.Client{}
 	for _, p := range pods {
-		if p.Name == holder {
-			if err := testenv.SetFailed(ctx, d.c, p); err != nil {
-				return err
-			}
+		byName[p.Name] = p
+		if clients[p.Name], err = testenv.PodClient(ctx, env.Config, p); err != nil {
+			return err
 		}
+	}
+	if err := writeState(ctx, clients[holder], fence, "written by "+holder); err != nil {
+		return err
+	}
+	d.showState()
+
+	step(fmt.Sprintf("%s stalls (a long GC pause: its containers stop being ready); takeover Safe waits until its grant expires (15s)", holder))
+	if err := testenv.SetContainersNotReady(ctx, d.c, byName[holder]); err != nil {
+		return err
 	}
 	time.Sleep(2 * time.Second)
 	d.state()
@@ -101,31 +130,93 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	step(fmt.Sprintf("%s took over with fence %d > %d: a write still carrying %d is now stale", next, nextFence, fence, fence))
+	step(fmt.Sprintf("%s took over with fence %d > %d and writes", next, nextFence, fence))
 	d.state()
+	if err := writeState(ctx, clients[next], nextFence, "written by "+next); err != nil {
+		return err
+	}
+	d.showState()
+
+	step(fmt.Sprintf("%s wakes up and writes with its old fence %d: the API server rejects it", holder, fence))
+	fmt.Println("   ", writeState(ctx, clients[holder], fence, "stale data from "+holder))
+	for _, p := range pods {
+		if p.Name != holder && p.Name != next {
+			step(fmt.Sprintf("%s, a standby, copies the current fence %d: rejected, the token is bound to the holder pod", p.Name, nextFence))
+			fmt.Println("   ", writeState(ctx, clients[p.Name], nextFence, "forged by "+p.Name))
+		}
+	}
+	step("Even an administrator without the fence is turned away")
+	_ = d.show("annotate", "configmap", "export-state", "-n", "default", "note=by-hand")
+	d.showState()
 	step("Events")
 	_ = d.show("get", "events.v1.events.k8s.io", "-n", "default", "--sort-by=.metadata.creationTimestamp", "-o",
 		"custom-columns=OBJECT:.regarding.name,REASON:.reason,NOTE:.note")
 	return nil
 }
 
-func step(msg string) { fmt.Printf("\n==> %s\n", msg) }
+// operatorUser is the user the operator binary authenticates as; the fencing
+// webhook lets it write protected objects.
+const operatorUser = "fencedlease-operator"
 
-func (d *demo) writeKubeconfig(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// writeState writes the protected ConfigMap export-state as a pod, carrying
+// its fence.
+func writeState(ctx context.Context, c client.Client, fence int64, data string) error {
+	cm := &corev1.ConfigMap{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "export-state"}, cm)
+	if apierrors.IsNotFound(err) {
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "export-state",
+			Labels: map[string]string{fencingv1alpha1.LabelProtectedBy: "report-exporter"}}}
+	} else if err != nil {
 		return err
 	}
-	user, err := d.env.AddUser(envtest.User{Name: "demo-admin", Groups: []string{"system:masters"}}, nil)
+	if cm.Annotations == nil {
+		cm.Annotations = map[string]string{}
+	}
+	cm.Annotations[fencingv1alpha1.AnnotationFence] = strconv.FormatInt(fence, 10)
+	cm.Data = map[string]string{"state": data}
+	if cm.ResourceVersion == "" {
+		return c.Create(ctx, cm)
+	}
+	return c.Update(ctx, cm)
+}
+
+// grantConfigMaps gives the pods' service account the RBAC a workload that
+// writes ConfigMaps has.
+func grantConfigMaps(ctx context.Context, c client.Client) error {
+	objs := []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "default"}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "report-exporter"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "create", "update"}}}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "report-exporter"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "report-exporter"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "default"}}},
+	}
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func (d *demo) showState() {
+	_ = d.show("get", "configmap", "export-state", "-n", "default", "-o",
+		`custom-columns=NAME:.metadata.name,FENCE:.metadata.annotations.fencedlease\.io/fence,STATE:.data.state`)
+}
+
+func step(msg string) { fmt.Printf("\n==> %s\n", msg) }
+
+func (d *demo) writeKubeconfig(dir, file, name string) (string, error) {
+	user, err := d.env.AddUser(envtest.User{Name: name, Groups: []string{"system:masters"}}, nil)
 	if err != nil {
-		return err
+		return "", err
 	}
 	data, err := user.KubeConfig()
 	if err != nil {
-		return err
+		return "", err
 	}
-	d.kubeconfig = filepath.Join(dir, "kubeconfig")
-	fmt.Printf("   kubeconfig: %s (try: %s --kubeconfig %s get fl)\n", d.kubeconfig, d.kubectl, d.kubeconfig)
-	return os.WriteFile(d.kubeconfig, data, 0o600)
+	path := filepath.Join(dir, file)
+	return path, os.WriteFile(path, data, 0o600)
 }
 
 func (d *demo) show(args ...string) error {

@@ -2,6 +2,9 @@ package setup
 
 import (
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	fencingwebhook "github.com/fencedlease/fencedlease/internal/webhook/fencing"
+	"github.com/fencedlease/fencedlease/internal/webhook/podinject"
 )
 
 // WebhookOptions configure the admission webhooks.
@@ -19,7 +22,12 @@ type WebhookOptions struct {
 
 // webhookRegistrars are the admission webhooks of the operator, each adding
 // its handler to the manager's webhook server.
-var webhookRegistrars = []func(ctrl.Manager, WebhookOptions) error{}
+var webhookRegistrars = []func(ctrl.Manager, WebhookOptions) error{
+	func(mgr ctrl.Manager, _ WebhookOptions) error { return podinject.Add(mgr) },
+	func(mgr ctrl.Manager, o WebhookOptions) error {
+		return fencingwebhook.Add(mgr, fencingwebhook.Options{OperatorUsers: o.OperatorUsers, BreakGlassUsers: o.BreakGlassUsers, BreakGlassGroups: o.BreakGlassGroups})
+	},
+}
 
 // AddWebhooks registers every admission webhook with the manager's webhook
 // server.
