@@ -138,11 +138,15 @@ func run() error {
 	d.showState()
 
 	step(fmt.Sprintf("%s wakes up and writes with its old fence %d: the API server rejects it", holder, fence))
-	fmt.Println("   ", writeState(ctx, clients[holder], fence, "stale data from "+holder))
+	if err := mustBeRejected(writeState(ctx, clients[holder], fence, "stale data from "+holder)); err != nil {
+		return err
+	}
 	for _, p := range pods {
 		if p.Name != holder && p.Name != next {
 			step(fmt.Sprintf("%s, a standby, copies the current fence %d: rejected, the token is bound to the holder pod", p.Name, nextFence))
-			fmt.Println("   ", writeState(ctx, clients[p.Name], nextFence, "forged by "+p.Name))
+			if err := mustBeRejected(writeState(ctx, clients[p.Name], nextFence, "forged by "+p.Name)); err != nil {
+				return err
+			}
 		}
 	}
 	step("Even an administrator without the fence is turned away")
@@ -178,6 +182,16 @@ func writeState(ctx context.Context, c client.Client, fence int64, data string) 
 		return c.Create(ctx, cm)
 	}
 	return c.Update(ctx, cm)
+}
+
+// mustBeRejected prints the API server's answer to a write that fencing must
+// reject, and fails the demo if it was accepted.
+func mustBeRejected(err error) error {
+	if !apierrors.IsForbidden(err) {
+		return fmt.Errorf("a stale or copied fence was not rejected (error: %v)", err)
+	}
+	fmt.Println("   ", err)
+	return nil
 }
 
 // grantConfigMaps gives the pods' service account the RBAC a workload that
