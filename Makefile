@@ -5,10 +5,12 @@
 
 K8S_VERSION ?= 1.37.2
 CONTROLLER_GEN_VERSION ?= v0.23.0
+GOLANGCI_LINT_VERSION ?= v2.15.0
 IMG ?= ghcr.io/fencedlease/fencedlease:dev
 
 K8S_BIN := $(CURDIR)/bin/k8s/$(K8S_VERSION)
 CONTROLLER_GEN := $(CURDIR)/bin/tools/controller-gen-$(CONTROLLER_GEN_VERSION)
+GOLANGCI_LINT := $(CURDIR)/bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
 export KUBEBUILDER_ASSETS := $(K8S_BIN)
 
 GO_TEST_FLAGS ?= -count=1
@@ -40,6 +42,10 @@ fmt: ## Run gofmt.
 vet: ## Run go vet.
 	go vet ./...
 
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (.golangci.yml).
+	$(GOLANGCI_LINT) run ./...
+
 .PHONY: verify
 verify: generate manifests ## Fail when generated code or manifests are out of date, or code is not gofmt'ed.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -48,7 +54,7 @@ verify: generate manifests ## Fail when generated code or manifests are out of d
 ##@ Test
 
 .PHONY: test
-test: cluster verify vet ## Run every test: unit, and integration against a real kube-apiserver, etcd, kube-controller-manager and PostgreSQL.
+test: cluster verify vet lint ## Run every test: unit, and integration against a real kube-apiserver, etcd, kube-controller-manager and PostgreSQL.
 	go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-unit
@@ -83,3 +89,6 @@ cluster: ## Build the control plane plus kube-controller-manager and kube-schedu
 
 $(CONTROLLER_GEN):
 	@hack/tools.sh controller-gen >/dev/null
+
+$(GOLANGCI_LINT):
+	@hack/tools.sh golangci-lint >/dev/null

@@ -5,6 +5,7 @@
 #   hack/tools.sh control-plane   kube-apiserver, etcd, kubectl   -> bin/k8s/<version>/
 #   hack/tools.sh cluster         + kube-controller-manager, kube-scheduler
 #   hack/tools.sh controller-gen  -> bin/tools/controller-gen-<version>
+#   hack/tools.sh golangci-lint   -> bin/tools/golangci-lint-<version>
 #
 # Idempotent: a binary that is already there is not rebuilt.
 set -euo pipefail
@@ -13,6 +14,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 K8S_VERSION=${K8S_VERSION:-1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-3.6.16}
 CONTROLLER_GEN_VERSION=${CONTROLLER_GEN_VERSION:-v0.23.0}
+GOLANGCI_LINT_VERSION=${GOLANGCI_LINT_VERSION:-v2.15.0}
 k8s_dir="$root/bin/k8s/$K8S_VERSION"
 tools_dir="$root/bin/tools"
 
@@ -37,13 +39,15 @@ build_etcd() {
 	(cd "$root/hack/tools/etcd" && go build -o "$k8s_dir/etcd" go.etcd.io/etcd/server/v3)
 }
 
-build_controller_gen() {
-	local out="$tools_dir/controller-gen-$CONTROLLER_GEN_VERSION"
+# go_install builds a Go command at a version into bin/tools/<name>-<version>.
+go_install() {
+	local name=$1 pkg=$2 version=$3
+	local out="$tools_dir/$name-$version"
 	[ -x "$out" ] && return 0
-	say "Building controller-gen $CONTROLLER_GEN_VERSION from the Go module proxy."
+	say "Building $name $version from the Go module proxy."
 	mkdir -p "$tools_dir"
-	GOBIN="$tools_dir" go install "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_GEN_VERSION"
-	mv "$tools_dir/controller-gen" "$out"
+	GOBIN="$tools_dir" go install "$pkg@$version"
+	mv "$tools_dir/$name" "$out"
 }
 
 case "${1:-}" in
@@ -58,11 +62,15 @@ cluster)
 	echo "$k8s_dir"
 	;;
 controller-gen)
-	build_controller_gen
+	go_install controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "$CONTROLLER_GEN_VERSION"
 	echo "$tools_dir/controller-gen-$CONTROLLER_GEN_VERSION"
 	;;
+golangci-lint)
+	go_install golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint "$GOLANGCI_LINT_VERSION"
+	echo "$tools_dir/golangci-lint-$GOLANGCI_LINT_VERSION"
+	;;
 *)
-	echo "usage: $0 control-plane|cluster|controller-gen" >&2
+	echo "usage: $0 control-plane|cluster|controller-gen|golangci-lint" >&2
 	exit 2
 	;;
 esac

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -187,8 +188,11 @@ func writeState(ctx context.Context, c client.Client, fence int64, data string) 
 // mustBeRejected prints the API server's answer to a write that fencing must
 // reject, and fails the demo if it was accepted.
 func mustBeRejected(err error) error {
+	if err == nil {
+		return errors.New("a stale or copied fence was accepted")
+	}
 	if !apierrors.IsForbidden(err) {
-		return fmt.Errorf("a stale or copied fence was not rejected (error: %v)", err)
+		return fmt.Errorf("a stale or copied fence was not rejected by fencing: %w", err)
 	}
 	fmt.Println("   ", err)
 	return nil

@@ -219,7 +219,7 @@ func (w *Watcher) publish(tok Token, err error) {
 
 func sameError(a, b error) bool {
 	if a == nil || b == nil {
-		return a == b
+		return (a == nil) == (b == nil)
 	}
 	return a.Error() == b.Error()
 }

@@ -61,9 +61,9 @@ func TestNamespaceDeletionCompletes(t *testing.T) {
 	go func() { exited <- kcm.Wait() }()
 	t.Cleanup(func() {
 		_ = kcm.Process.Kill()
-		<-exited
+		err := <-exited
 		if t.Failed() {
-			t.Logf("kube-controller-manager output:\n%s", out.String())
+			t.Logf("kube-controller-manager exited (%v); output:\n%s", err, out.String())
 		}
 	})
 

@@ -2,26 +2,20 @@ package fencing_test
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/setup"
@@ -43,24 +37,7 @@ var webhookOptions = setup.WebhookOptions{
 	BreakGlassGroups: []string{breakGlassGroup},
 }
 
-func TestMain(m *testing.M) {
-	var out io.Writer = io.Discard
-	if os.Getenv("FENCEDLEASE_TEST_LOG") != "" {
-		out = os.Stderr
-	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(out), zap.UseDevMode(true), zap.Level(zapcore.Level(-4))))
-	var err error
-	env, err = testenv.Start(testenv.WithWebhooks())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop control plane:", err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, &env, testenv.WithWebhooks()) }
 
 const (
 	timeout = 30 * time.Second

@@ -1,0 +1,41 @@
+package testenv
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"testing"
+
+	"go.uber.org/zap/zapcore"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+)
+
+// SetLogger routes the operator's logs of a test binary: discarded, or to
+// stderr with every level when FENCEDLEASE_TEST_LOG is set.
+func SetLogger() {
+	out := io.Discard
+	if os.Getenv("FENCEDLEASE_TEST_LOG") != "" {
+		out = os.Stderr
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(out), zap.UseDevMode(true), zap.Level(zapcore.Level(-5))))
+}
+
+// Main is the TestMain of an integration test package: it sets the logger,
+// starts the control plane into *env, runs the tests, stops the control plane
+// and exits.
+func Main(m *testing.M, env **Env, opts ...func(*envtest.Environment)) {
+	SetLogger()
+	e, err := Start(opts...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*env = e
+	code := m.Run()
+	if err := e.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop control plane:", err)
+	}
+	os.Exit(code)
+}
