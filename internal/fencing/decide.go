@@ -2,7 +2,6 @@ package fencing
 
 import (
 	"fmt"
-	"slices"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/pkg/fence"
@@ -41,7 +40,7 @@ func Decide(r Request, lease Lease, fresh bool, p Principals) Decision {
 	case p.isBreakGlass(r.Caller):
 		d.Audit = true
 		return allow(d, ReasonBreakGlass)
-	case r.Operation == Delete && slices.Contains(systemCleanupUsers, r.Caller.Username):
+	case r.Caller.IsSystemCleanup() && (r.Operation == Delete || (r.Operation == Update && r.OwnershipOnly)):
 		return allow(d, ReasonSystemCleanup)
 	}
 	m := messages{r: r, lease: name}

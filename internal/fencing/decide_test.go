@@ -71,6 +71,22 @@ func TestDecide(t *testing.T) {
 		{name: "namespace controller deletes", req: del(Caller{Username: "system:serviceaccount:kube-system:namespace-controller"}, obj("db", "42")), allowed: true, reason: ReasonSystemCleanup},
 		{name: "garbage collector deletes", req: del(Caller{Username: "system:serviceaccount:kube-system:generic-garbage-collector"}, obj("db", "42")), allowed: true, reason: ReasonSystemCleanup},
 		{name: "kube-controller-manager deletes", req: del(Caller{Username: "system:kube-controller-manager"}, obj("db", "42")), allowed: true, reason: ReasonSystemCleanup},
+		{name: "garbage collector orphans (ownerReferences only)", req: func() Request {
+			r := update(Caller{Username: "system:serviceaccount:kube-system:generic-garbage-collector"}, obj("db", "42"), obj("db", "42"))
+			r.OwnershipOnly = true
+			return r
+		}(), lease: heldA, allowed: true, reason: ReasonSystemCleanup},
+		{
+			name: "garbage collector changing more than ownership is an ordinary writer", lease: heldA, reason: ReasonWriteNotPod,
+			req:     update(Caller{Username: "system:serviceaccount:kube-system:generic-garbage-collector"}, obj("db", "42"), obj("db", "42")),
+			message: `ConfigMap team-a/state: write with fence 42 rejected: user "system:serviceaccount:kube-system:generic-garbage-collector" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`,
+		},
+		{name: "ownership-only update by someone else is an ordinary write", req: func() Request {
+			r := update(admin, obj("db", "42"), obj("db", "42"))
+			r.OwnershipOnly = true
+			return r
+		}(), lease: heldA, reason: ReasonWriteNotPod,
+			message: `ConfigMap team-a/state: write with fence 42 rejected: user "admin" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`},
 		{
 			name: "namespace controller may not update", req: update(Caller{Username: "system:serviceaccount:kube-system:namespace-controller"}, obj("db", "42"), obj("db", "-")),
 			lease: heldA, reason: ReasonMissingFence,

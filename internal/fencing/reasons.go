@@ -17,7 +17,8 @@ const (
 	// the write is audited.
 	ReasonBreakGlass Reason = "break_glass"
 	// ReasonSystemCleanup: a DELETE by the namespace controller or the
-	// garbage collector.
+	// garbage collector, or an UPDATE of theirs that changes only
+	// ownerReferences and finalizers (orphaning).
 	ReasonSystemCleanup Reason = "system_cleanup"
 	// ReasonHolder: a write with the current fence by the holder pod, or a
 	// DELETE by the holder pod.

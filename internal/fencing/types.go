@@ -32,6 +32,11 @@ type Request struct {
 	Old *Object
 	// New is the object to be stored (CREATE, UPDATE); nil on DELETE.
 	New *Object
+	// OwnershipOnly says that an UPDATE changes nothing but the object's
+	// ownerReferences and finalizers: what the garbage collector does when it
+	// orphans dependents. It is only worked out for the system cleanup
+	// principals.
+	OwnershipOnly bool
 	// Caller is who sends the request.
 	Caller Caller
 }
@@ -78,15 +83,20 @@ type Principals struct {
 	BreakGlassGroups []string
 }
 
-// systemCleanupUsers may DELETE protected objects so that namespace deletion
-// and garbage collection complete: the namespace controller and the garbage
-// collector, with their own service accounts
+// systemCleanupUsers may DELETE protected objects, and UPDATE only their
+// ownerReferences and finalizers, so that namespace deletion and garbage
+// collection (orphaning too) complete: the namespace controller and the
+// garbage collector, with their own service accounts
 // (--use-service-account-credentials) or as kube-controller-manager itself.
 var systemCleanupUsers = []string{
 	"system:serviceaccount:kube-system:namespace-controller",
 	"system:serviceaccount:kube-system:generic-garbage-collector",
 	"system:kube-controller-manager",
 }
+
+// IsSystemCleanup says whether the caller is one of the system controllers
+// that clean up after deletions.
+func (c Caller) IsSystemCleanup() bool { return slices.Contains(systemCleanupUsers, c.Username) }
 
 func (p Principals) isOperator(c Caller) bool {
 	return slices.Contains(p.OperatorUsers, c.Username)

@@ -11,9 +11,12 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
@@ -66,6 +69,23 @@ func TestNamespaceDeletionCompletes(t *testing.T) {
 			t.Logf("kube-controller-manager exited (%v); output:\n%s", err, out.String())
 		}
 	})
+
+	// Orphaning: deleting the owner of a protected ConfigMap with
+	// propagationPolicy Orphan makes the garbage collector UPDATE the
+	// dependent to drop its ownerReference; that must get through, or the
+	// owner's deletion hangs.
+	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "owner"}}
+	f.g.Expect(f.c.Create(f.ctx, owner)).To(Succeed())
+	owned := f.configMap("owned", "db", "", "v1")
+	owned.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID}}
+	f.g.Expect(f.operator.Create(f.ctx, owned)).To(Succeed())
+	f.g.Expect(f.c.Delete(f.ctx, owner, client.PropagationPolicy(metav1.DeletePropagationOrphan))).To(Succeed())
+	f.g.Eventually(func() bool {
+		return apierrors.IsNotFound(f.c.Get(f.ctx, client.ObjectKeyFromObject(owner), &corev1.ConfigMap{}))
+	}).WithTimeout(60*time.Second).WithPolling(250*time.Millisecond).Should(BeTrue(), "the orphaning owner was not deleted")
+	f.g.Expect(f.c.Get(f.ctx, client.ObjectKeyFromObject(owned), owned)).To(Succeed())
+	f.g.Expect(owned.OwnerReferences).To(BeEmpty())
+	f.g.Expect(owned.Labels).To(HaveKeyWithValue(fencingv1alpha1.LabelProtectedBy, "db"))
 
 	ns := &corev1.Namespace{}
 	f.g.Expect(f.c.Get(f.ctx, types.NamespacedName{Name: f.ns}, ns)).To(Succeed())

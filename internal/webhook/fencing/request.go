@@ -3,6 +3,7 @@ package fencing
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,6 +40,11 @@ func toRequest(req admission.Request) (rules.Request, error) {
 		return r, fmt.Errorf("decode the metadata of the object: %w", err)
 	}
 	r.Old, r.New = old, obj
+	if r.Operation == rules.Update && r.Caller.IsSystemCleanup() {
+		if r.OwnershipOnly, err = ownershipOnly(req.OldObject.Raw, req.Object.Raw); err != nil {
+			return r, fmt.Errorf("compare the old and the new object: %w", err)
+		}
+	}
 	if r.Name == "" {
 		r.Name = newName
 	}
@@ -54,6 +60,28 @@ func toRequest(req admission.Request) (rules.Request, error) {
 		return r, fmt.Errorf("unexpected operation %s", r.Operation)
 	}
 	return r, nil
+}
+
+// ownershipOnly reports whether two versions of an object differ in nothing
+// but ownerReferences, finalizers and the API server's bookkeeping. It decodes
+// whole objects, so it runs only for the system cleanup principals; nothing of
+// them is logged.
+func ownershipOnly(oldRaw, newRaw []byte) (bool, error) {
+	var o, n map[string]any
+	if err := json.Unmarshal(oldRaw, &o); err != nil {
+		return false, err
+	}
+	if err := json.Unmarshal(newRaw, &n); err != nil {
+		return false, err
+	}
+	for _, obj := range []map[string]any{o, n} {
+		if md, ok := obj["metadata"].(map[string]any); ok {
+			for _, k := range []string{"ownerReferences", "finalizers", "resourceVersion", "managedFields", "generation"} {
+				delete(md, k)
+			}
+		}
+	}
+	return reflect.DeepEqual(o, n), nil
 }
 
 // metadataOf decodes the metadata of a raw object; nil when there is none.
