@@ -88,7 +88,18 @@ spec:
   leaseDurationSeconds: 10
   renewIntervalSeconds: 10
 `), 0o600)).To(Succeed())
-	out, err := exec.Command(filepath.Join(env.BinaryAssetsDirectory, "kubectl"), "--kubeconfig", kubeconfig, "apply", "-f", manifest).CombinedOutput()
+	kubectl := filepath.Join(env.BinaryAssetsDirectory, "kubectl")
+
+	// The API's doc comments are what kubectl explain shows.
+	f.g.Eventually(func() (string, error) {
+		out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "explain", "fencedlease.spec.takeover").CombinedOutput()
+		return string(out), err
+	}).WithTimeout(timeout).Should(And(
+		ContainSubstring("GROUP:      fencing.fencedlease.io"),
+		ContainSubstring("takeover says when a new holder may be granted after the current one"),
+	))
+
+	out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "apply", "-f", manifest).CombinedOutput()
 	f.g.Expect(err).To(HaveOccurred(), "kubectl apply must fail: %s", out)
 	msg := string(out)
 	f.g.Expect(msg).To(ContainSubstring(`The FencedLease "reports" is invalid`))
