@@ -31,7 +31,7 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests under config/ (the webhook configurations are written by hand: markers cannot express their selectors).
-	$(CONTROLLER_GEN) crd rbac:roleName=fencedlease-manager paths="./api/..." paths="./controllers/..." paths="./internal/..." \
+	$(CONTROLLER_GEN) crd rbac:roleName=manager-role paths="./api/..." paths="./controllers/..." paths="./internal/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 
 .PHONY: fmt
@@ -47,9 +47,10 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint (.golangci.yml).
 	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 
 .PHONY: verify
-verify: generate manifests ## Fail when generated code or manifests are out of date, or code is not gofmt'ed.
+verify: control-plane generate manifests ## Fail when generated code or manifests are out of date, code is not gofmt'ed, or config/default does not render.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@git diff --exit-code -- api config || { echo "generated files are out of date: run 'make generate manifests' and commit"; exit 1; }
+	@$(K8S_BIN)/kubectl kustomize config/default >/dev/null || { echo "config/default does not render with kustomize"; exit 1; }
 
 ##@ Test
 
