@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -79,16 +78,7 @@ func (f *fixture) readyPod(name string, readyFor time.Duration) *corev1.Pod {
 
 func (f *fixture) fencedLease(name string, mutate func(*fencingv1alpha1.FencedLease)) *fencingv1alpha1.FencedLease {
 	f.t.Helper()
-	fl := &fencingv1alpha1.FencedLease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name},
-		Spec: fencingv1alpha1.FencedLeaseSpec{
-			Selector:             metav1.LabelSelector{MatchLabels: appLabels},
-			LeaseDurationSeconds: 15,
-		},
-	}
-	if mutate != nil {
-		mutate(fl)
-	}
+	fl := testenv.FencedLease(f.ns, name, appLabels, mutate)
 	f.g.Expect(f.c.Create(f.ctx, fl)).To(Succeed())
 	return fl
 }

@@ -125,14 +125,9 @@ var appLabels = map[string]string{"app": "singleton"}
 // becomes ineligible (Immediate: correct only because writes are fenced,
 // which is what these tests check).
 func (f *fixture) fencedLease(name string) {
-	f.g.Expect(f.c.Create(f.ctx, &fencingv1alpha1.FencedLease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name},
-		Spec: fencingv1alpha1.FencedLeaseSpec{
-			Selector:             metav1.LabelSelector{MatchLabels: appLabels},
-			LeaseDurationSeconds: 15,
-			Takeover:             fencingv1alpha1.TakeoverImmediate,
-		},
-	})).To(Succeed())
+	f.g.Expect(f.c.Create(f.ctx, testenv.FencedLease(f.ns, name, appLabels, func(fl *fencingv1alpha1.FencedLease) {
+		fl.Spec.Takeover = fencingv1alpha1.TakeoverImmediate
+	}))).To(Succeed())
 }
 
 // readyPod creates a candidate that has been ready for readyFor (the one

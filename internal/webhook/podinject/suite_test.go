@@ -179,16 +179,7 @@ func injectLabels(extra ...string) map[string]string {
 
 func (f *fixture) fencedLease(name string, mutate func(*fencingv1alpha1.FencedLease)) *fencingv1alpha1.FencedLease {
 	f.t.Helper()
-	fl := &fencingv1alpha1.FencedLease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name},
-		Spec: fencingv1alpha1.FencedLeaseSpec{
-			Selector:             metav1.LabelSelector{MatchLabels: appLabels},
-			LeaseDurationSeconds: 15,
-		},
-	}
-	if mutate != nil {
-		mutate(fl)
-	}
+	fl := testenv.FencedLease(f.ns, name, appLabels, mutate)
 	f.g.Expect(f.c.Create(f.ctx, fl)).To(Succeed())
 	return fl
 }
