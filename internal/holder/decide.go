@@ -4,20 +4,22 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 )
 
 // Takeover policies, as in the FencedLease API.
 const (
-	TakeoverSafe      = "Safe"
-	TakeoverImmediate = "Immediate"
+	TakeoverSafe      = string(fencingv1alpha1.TakeoverSafe)
+	TakeoverImmediate = string(fencingv1alpha1.TakeoverImmediate)
 )
 
-// Grant states, as recorded on the Lease.
+// Grant states, as recorded on the Lease (StateFree: no grant yet).
 const (
 	StateFree    = ""
-	StatePending = "pending"
-	StateHeld    = "held"
-	StateRevoked = "revoked"
+	StatePending = fencingv1alpha1.LeaseStatePending
+	StateHeld    = fencingv1alpha1.LeaseStateHeld
+	StateRevoked = fencingv1alpha1.LeaseStateRevoked
 )
 
 // Policy is the effective timing and behaviour of one FencedLease.
