@@ -61,6 +61,7 @@ func TestNewCandidate(t *testing.T) {
 		name    string
 		pod     *corev1.Pod
 		overlap bool
+		node    *corev1.Node
 		want    string
 	}{
 		{name: "running with containers ready is eligible even when Ready is False (readiness gate)", pod: pod(nil), want: ""},
@@ -70,11 +71,28 @@ func TestNewCandidate(t *testing.T) {
 		{name: "containers not ready", pod: pod(func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }), want: IneligibleContainers},
 		{name: "no conditions", pod: pod(func(p *corev1.Pod) { p.Status.Conditions = nil }), want: IneligibleContainers},
 		{name: "overlap", pod: pod(nil), overlap: true, want: IneligibleOverlap},
+		{name: "node Ready Unknown (stopped reporting)", pod: pod(nil), node: node(corev1.ConditionUnknown),
+			want: "node n1 is not Ready (Ready=Unknown)"},
+		{name: "node Ready False", pod: pod(nil), node: node(corev1.ConditionFalse), want: "node n1 is not Ready (Ready=False)"},
+		{name: "node unreachable taint while Ready still reads True", pod: pod(nil),
+			node: taint(node(corev1.ConditionTrue), corev1.TaintNodeUnreachable), want: "node n1 has the taint node.kubernetes.io/unreachable:NoExecute"},
+		{name: "node not-ready taint", pod: pod(nil),
+			node: taint(node(corev1.ConditionTrue), corev1.TaintNodeNotReady), want: "node n1 has the taint node.kubernetes.io/not-ready:NoExecute"},
+		{name: "the not-ready NoSchedule taint of a node that just registered does not count", pod: pod(nil),
+			node: taintEffect(node(corev1.ConditionTrue), corev1.TaintNodeNotReady, corev1.TaintEffectNoSchedule), want: ""},
+		{name: "other taints do not count", pod: pod(nil), node: taint(node(corev1.ConditionTrue), "example.com/dedicated"), want: ""},
+		{name: "node gone", pod: pod(nil), node: nil, want: "node n1 does not exist"},
+		{name: "a deleting pod on a lost node says it is deleting", node: node(corev1.ConditionUnknown),
+			pod: pod(func(p *corev1.Pod) { now := metav1.Now(); p.DeletionTimestamp = &now }), want: IneligibleDeleting},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			c := NewCandidate(tt.pod, tt.overlap)
+			n := tt.node
+			if n == nil && tt.name != "node gone" {
+				n = node(corev1.ConditionTrue)
+			}
+			c := NewCandidate(tt.pod, tt.overlap, n)
 			g.Expect(c.Ineligible).To(Equal(tt.want))
 			g.Expect(c.NodeName).To(Equal("n1"))
 			if len(tt.pod.Status.Conditions) > 0 {
@@ -82,4 +100,19 @@ func TestNewCandidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+func node(ready corev1.ConditionStatus) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}}}
+}
+
+func taint(n *corev1.Node, key string) *corev1.Node {
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Effect: corev1.TaintEffectNoExecute})
+	return n
+}
+
+func taintEffect(n *corev1.Node, key string, effect corev1.TaintEffect) *corev1.Node {
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Effect: effect})
+	return n
 }

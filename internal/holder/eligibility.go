@@ -1,6 +1,7 @@
 package holder
 
 import (
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,13 +33,21 @@ type Candidate struct {
 // Eligible reports whether the candidate may hold the lease.
 func (c Candidate) Eligible() bool { return c.Ineligible == "" }
 
-// NewCandidate derives a Candidate from a selected pod. overlapping says that
-// another FencedLease selects the pod too, which is a user error: such a pod
-// is never granted.
+// NewCandidate derives a Candidate from a selected pod and the node it runs
+// on (nil when the node is unknown). overlapping says that another
+// FencedLease selects the pod too, which is a user error: such a pod is
+// never granted.
 //
 // Eligibility uses ContainersReady, not Ready: with the readiness gate only
 // the holder is Ready, and standbys must still be able to take over.
-func NewCandidate(pod *corev1.Pod, overlapping bool) Candidate {
+//
+// The node counts too. When a node stops reporting, the node lifecycle
+// controller sets the pod's Ready condition to False but leaves
+// ContainersReady as the kubelet last reported it, and evicts the pod only
+// after its toleration of the unreachable taint runs out (five minutes by
+// default). A pod on a node that is not Ready, or that carries the
+// unreachable or not-ready NoExecute taint, is therefore not eligible.
+func NewCandidate(pod *corev1.Pod, overlapping bool, node *corev1.Node) Candidate {
 	c := Candidate{Name: pod.Name, UID: pod.UID, NodeName: pod.Spec.NodeName}
 	ready := false
 	for _, cond := range pod.Status.Conditions {
@@ -56,6 +65,32 @@ func NewCandidate(pod *corev1.Pod, overlapping bool) Candidate {
 		c.Ineligible = IneligibleContainers
 	case overlapping:
 		c.Ineligible = IneligibleOverlap
+	default:
+		c.Ineligible = NodeLost(pod.Spec.NodeName, node)
 	}
 	return c
+}
+
+// NodeLost says why a node is known to be lost, or returns "" when it is not.
+// A node that does not exist is lost: its pods are orphans that the pod
+// garbage collector deletes.
+func NodeLost(name string, node *corev1.Node) string {
+	if node == nil {
+		return fmt.Sprintf("node %s does not exist", name)
+	}
+	for _, t := range node.Spec.Taints {
+		// The NoExecute taints are the node lifecycle controller's verdict.
+		// The NoSchedule ones say the same as the Ready condition, and one
+		// is on every node from its registration until the controller first
+		// sees it Ready.
+		if (t.Key == corev1.TaintNodeUnreachable || t.Key == corev1.TaintNodeNotReady) && t.Effect == corev1.TaintEffectNoExecute {
+			return fmt.Sprintf("node %s has the taint %s:%s", name, t.Key, t.Effect)
+		}
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+			return fmt.Sprintf("node %s is not Ready (Ready=%s)", name, c.Status)
+		}
+	}
+	return ""
 }
