@@ -131,6 +131,13 @@ type FencedLeaseStatus struct {
 	// +optional
 	Transitions int32 `json:"transitions,omitempty"`
 
+	// leaseResourceVersion is the resourceVersion of the Lease that this
+	// status records. The operator never records a Lease older than this
+	// one, so that neither a lagging cache nor a late write can move the
+	// status back to an earlier grant: the fencing webhook trusts it.
+	// +optional
+	LeaseResourceVersion string `json:"leaseResourceVersion,omitempty"`
+
 	// candidates is the number of eligible candidate pods.
 	// +optional
 	Candidates int32 `json:"candidates,omitempty"`

@@ -18,6 +18,20 @@ const (
 	// AnnotationLease names the FencedLease that selects a candidate pod.
 	AnnotationLease = Prefix + "lease"
 
+	// LabelLease marks a pod as a candidate of the FencedLease it names. The
+	// operator sets it on every candidate it publishes to, so that it can
+	// find them all in one list from the API server before it publishes a
+	// new holder.
+	LabelLease = Prefix + "lease"
+
+	// AnnotationGrant is the fence of the grant that the operator last
+	// published, or was about to publish, while it marked the pod. Before a
+	// new holder is published every candidate is marked with the new grant:
+	// that changes each pod's resourceVersion, so a publication of an older
+	// grant still in flight (a paused operator replica) fails its optimistic
+	// lock instead of making a second holder.
+	AnnotationGrant = Prefix + "grant"
+
 	// LabelProtectedBy marks a ConfigMap or Secret as protected by the
 	// FencedLease it names (in the same namespace): only the current holder
 	// may write it.

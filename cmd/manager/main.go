@@ -11,6 +11,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/fencedlease/fencedlease/controllers/fencedlease"
 	"github.com/fencedlease/fencedlease/internal/setup"
 )
 
@@ -25,6 +26,7 @@ type flags struct {
 	webhookCertDir             string
 	enableHTTP2, secureMetrics bool
 	enableWebhooks             bool
+	workers                    int
 	webhook                    setup.WebhookOptions
 }
 
@@ -39,6 +41,7 @@ func parseFlags() (flags, zap.Options) {
 	flag.StringVar(&f.webhookCertDir, "webhook-cert-dir", "", "Directory with tls.crt and tls.key for the webhook server; defaults to controller-runtime's.")
 	flag.BoolVar(&f.enableHTTP2, "enable-http2", false, "Serve the webhook and metrics over HTTP/2 as well (off because of HTTP/2 rapid-reset attacks).")
 	flag.BoolVar(&f.enableWebhooks, "enable-webhooks", true, "Serve the admission webhooks (fencing of protected ConfigMaps and Secrets, token injection into pods).")
+	flag.IntVar(&f.workers, "concurrent-reconciles", fencedlease.DefaultWorkers, "How many FencedLeases are reconciled at once. Renewals always go first, whatever the load.")
 	flag.Func("operator-user", "User name the operator authenticates as (repeatable), e.g. system:serviceaccount:fencedlease-system:fencedlease-controller-manager; it may write protected objects.", appendTo(&f.webhook.OperatorUsers))
 	flag.Func("break-glass-user", "User allowed to write protected objects without a token (repeatable); every such write is logged, recorded as an Event and counted.", appendTo(&f.webhook.BreakGlassUsers))
 	flag.Func("break-glass-group", "Group allowed to write protected objects without a token (repeatable); audited like --break-glass-user.", appendTo(&f.webhook.BreakGlassGroups))
@@ -88,7 +91,7 @@ func main() {
 		log.Error(err, "Cannot create the manager")
 		os.Exit(1)
 	}
-	if err := setup.Add(mgr, setup.Options{}); err != nil {
+	if err := setup.Add(mgr, setup.Options{Workers: f.workers}); err != nil {
 		log.Error(err, "Cannot set up the operator")
 		os.Exit(1)
 	}

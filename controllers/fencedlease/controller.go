@@ -3,10 +3,12 @@ package fencedlease
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
@@ -14,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
@@ -24,6 +27,11 @@ import (
 // DefaultPendingGrace is how long a grant written but not committed is left to
 // its writer before it is superseded.
 const DefaultPendingGrace = 2 * time.Second
+
+// DefaultWorkers is how many FencedLeases one operator reconciles at once.
+// Reconciles spend their time waiting on the API server, so more workers than
+// cores pay off; controller-runtime never runs one FencedLease twice at once.
+const DefaultWorkers = 8
 
 // Reconciler reconciles FencedLeases against their Leases and pods.
 type Reconciler struct {
@@ -36,7 +44,10 @@ type Reconciler struct {
 	Clock clock.PassiveClock
 	// PendingGrace: see DefaultPendingGrace.
 	PendingGrace time.Duration
+	// Workers: see DefaultWorkers.
+	Workers int
 
+	once         sync.Once
 	observations *observations
 }
 
@@ -45,7 +56,8 @@ type scope struct {
 	key types.NamespacedName
 	fl  *fencingv1alpha1.FencedLease
 	// recorded is the status as read: a grant is published only once the
-	// status records its fence.
+	// status records its fence, and the status never records a Lease older
+	// than the one it records.
 	recorded fencingv1alpha1.FencedLeaseStatus
 	lease    *coordinationv1.Lease
 	pods     *pods
@@ -54,8 +66,10 @@ type scope struct {
 	degraded *condition
 	// inputErr is set when the inputs could not be read.
 	inputErr error
-	// stale is set when a write found the Lease changed: what was read is
-	// out of date, so nothing more is done until the next reconcile.
+	// stale is set when what was read is out of date: a write found the
+	// Lease changed, or the Lease as read is older than the one the status
+	// records. Nothing more is done, and the status is left alone, until the
+	// next reconcile.
 	stale bool
 }
 
@@ -67,14 +81,20 @@ type condition struct{ reason, message string }
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods/status,verbs=get;patch
-// +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=list
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile grants, renews, revokes and publishes the lease of one FencedLease.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	r.once.Do(r.defaults)
 	fl := &fencingv1alpha1.FencedLease{}
 	if err := r.Get(ctx, req.NamespacedName, fl); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			// Gone: clear what a replica that had not seen the deletion may
+			// have written after the finalizer cleared it.
+			return ctrl.Result{}, r.clearPods(ctx, req.Namespace, req.Name)
+		}
+		return ctrl.Result{}, err
 	}
 	if !fl.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, fl)
@@ -88,9 +108,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	s := &scope{key: req.NamespacedName, fl: fl, recorded: *fl.Status.DeepCopy()}
 	base := fl.DeepCopy()
 	defer func() {
-		if err := r.patchStatus(ctx, base, s, retErr == nil); err != nil {
+		requeue, err := r.patchStatus(ctx, base, s, retErr == nil)
+		if err != nil {
 			retErr = kerrors.NewAggregate([]error{retErr, err})
 		}
+		if requeue {
+			result = soonest(result, ctrl.Result{RequeueAfter: conflictRetry})
+		}
+		result.Priority = priorityOf(s, result)
 	}()
 
 	for _, step := range []func(context.Context, *scope) (ctrl.Result, error){
@@ -103,24 +128,37 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			return ctrl.Result{}, err
 		}
 		result = soonest(result, res)
-		if s.stale || (s.degraded != nil && s.lease == nil) {
+		if s.stale || s.lease == nil {
 			break
 		}
 	}
 	return result, nil
 }
 
-// reconcileInputs reads the Lease (creating it if missing) and the pods.
+// reconcileInputs reads the Lease (creating it if missing), the pods and
+// their nodes.
 func (r *Reconciler) reconcileInputs(ctx context.Context, s *scope) (ctrl.Result, error) {
 	l, err := r.getOrCreateLease(ctx, s.fl)
 	var notOwned errLeaseNotOwned
-	if errors.As(err, &notOwned) {
+	switch {
+	case errors.As(err, &notOwned):
 		s.degraded = &condition{reason: fencingv1alpha1.ReasonLeaseConflict, message: err.Error()}
 		return ctrl.Result{}, nil
-	}
-	if err != nil {
+	case errors.Is(err, errLeaseLagging):
+		s.stale = true
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	case err != nil:
 		s.inputErr = err
 		return ctrl.Result{}, err
+	}
+	if s.recorded.LeaseResourceVersion != "" && l.ResourceVersion != s.recorded.LeaseResourceVersion &&
+		!newer(l.ResourceVersion, s.recorded.LeaseResourceVersion) {
+		// The Lease cache lags behind the status: planning on it would at
+		// best conflict, and recording it would move the status back.
+		ctrl.LoggerFrom(ctx).V(4).Info("Lease cache lags behind the status; looking again",
+			"read", l.ResourceVersion, "recorded", s.recorded.LeaseResourceVersion)
+		s.stale = true
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
 	p, err := r.gatherPods(ctx, s.fl)
 	var invalid invalidSelectorError
@@ -137,26 +175,42 @@ func (r *Reconciler) reconcileInputs(ctx context.Context, s *scope) (ctrl.Result
 	return ctrl.Result{}, nil
 }
 
-// SetupWithManager registers the controller: it watches FencedLeases, the
-// Leases they own, and pods (mapped to the FencedLeases that select them or
-// whose annotations they carry).
+// SetupWithManager registers the controller and its cache indexes: it
+// watches FencedLeases, the Leases they own, pods (mapped to the
+// FencedLeases that select or mark them) and nodes (mapped to the
+// FencedLeases of their pods).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	r.once.Do(r.defaults)
+	for _, ix := range Indexes() {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), ix.Object, ix.Field, ix.Extract); err != nil {
+			return err
+		}
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&fencingv1alpha1.FencedLease{}).
+		Owns(&coordinationv1.Lease{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.fencedLeasesForPod)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.fencedLeasesForNode), builder.WithPredicates(nodeHealthChanged())).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
+		Named("fencedlease").
+		Complete(r)
+}
+
+// defaults fills in what was left unset, once, before the first reconcile.
+func (r *Reconciler) defaults() {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
 	if r.PendingGrace <= 0 {
 		r.PendingGrace = DefaultPendingGrace
 	}
-	if r.APIReader == nil {
-		r.APIReader = mgr.GetAPIReader()
+	if r.Workers <= 0 {
+		r.Workers = DefaultWorkers
 	}
 	r.observations = newObservations(r.Clock)
-	return ctrl.NewControllerManagedBy(mgr).
-		For(&fencingv1alpha1.FencedLease{}).
-		Owns(&coordinationv1.Lease{}).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.fencedLeasesForPod), builder.WithPredicates()).
-		Named("fencedlease").
-		Complete(r)
 }
 
 // soonest combines two results, keeping the earliest requeue.

@@ -49,6 +49,8 @@ func stepOf(obj client.Object, subresource string) string {
 			return "pod-status"
 		}
 		return "pod:" + o.Annotations[fencingv1alpha1.AnnotationRole]
+	case *metav1.PartialObjectMetadata:
+		return "pod:" + o.Annotations[fencingv1alpha1.AnnotationRole]
 	case *fencingv1alpha1.FencedLease:
 		if subresource == "status" && o.Status.Holder != nil {
 			return "status:holder"
@@ -241,16 +243,21 @@ func TestTwoOperatorsWithoutLeaderElectionKeepOneHolder(t *testing.T) {
 
 func TestFenceRegressionRefusesToGrant(t *testing.T) {
 	f := newFixture(t)
-	// A protected object already carries a fence far above anything the
-	// API server will hand out: as after a restore of its storage.
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "state",
-		Labels:      map[string]string{fencingv1alpha1.LabelProtectedBy: "db"},
-		Annotations: map[string]string{fencingv1alpha1.AnnotationFence: "9000000000000000000"}}}
-	f.g.Expect(f.c.Create(f.ctx, cm)).To(Succeed())
 	f.startManager(testenv.ManagerOptions{})
-	f.fencedLease("db", nil)
-	f.readyPod("a", time.Hour)
+	f.fencedLease("db", func(fl *fencingv1alpha1.FencedLease) { fl.Spec.Takeover = fencingv1alpha1.TakeoverImmediate })
+	a := f.readyPod("a", time.Hour)
+	f.readyPod("b", time.Minute)
+	_, fence := f.waitHolder("db")
 
+	// The record says a fence far above anything the API server will hand
+	// out, as after a restore of the API server's storage to an older state.
+	fl := f.get("db")
+	base := fl.DeepCopy()
+	fl.Status.Fence = 9000000000000000000
+	f.g.Expect(f.c.Status().Patch(f.ctx, fl, client.MergeFrom(base))).To(Succeed())
+
+	// The holder dies: its grant ends, and nobody else is granted.
+	f.g.Expect(testenv.SetContainersNotReady(f.ctx, f.c, a)).To(Succeed())
 	f.g.Eventually(func() string {
 		c := meta.FindStatusCondition(f.get("db").Status.Conditions, fencingv1alpha1.ConditionDegraded)
 		if c == nil || c.Status != metav1.ConditionTrue {
@@ -259,7 +266,10 @@ func TestFenceRegressionRefusesToGrant(t *testing.T) {
 		return c.Reason + ": " + c.Message
 	}).WithTimeout(timeout).Should(MatchRegexp(`^FenceRegression: new fence \d+ is not greater than fence 9000000000000000000 already published; no grant is made until it is$`))
 	f.g.Eventually(func() []string { return f.events("db") }).WithTimeout(timeout).Should(ContainElement(fencingv1alpha1.EventFenceRegression))
+	f.g.Eventually(f.holders).WithTimeout(timeout).Should(BeEmpty())
 	f.g.Consistently(f.holders).WithTimeout(2 * time.Second).Should(BeEmpty())
 	f.g.Expect(f.get("db").Status.Holder).To(BeNil())
-	f.g.Expect(f.checker.Published()).To(BeEmpty())
+	f.g.Expect(f.lease("db").Annotations[fencingv1alpha1.LeaseAnnotationState]).To(Equal("revoked"))
+	f.g.Expect(f.lease("db").Annotations[fencingv1alpha1.AnnotationFence]).To(Equal(strconv.FormatInt(fence, 10)), "no new grant was written")
+	f.g.Expect(f.checker.Published()).To(Equal([]int64{fence}))
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -16,7 +15,7 @@ import (
 )
 
 // conflictRetry is how soon to look again after another writer changed the
-// Lease under us.
+// Lease under us, or a cache was seen lagging behind.
 const conflictRetry = 200 * time.Millisecond
 
 // regressionRetry is how soon to try again after a fence regression.
@@ -48,9 +47,6 @@ func policyOf(fl *fencingv1alpha1.FencedLease, pendingGrace time.Duration) holde
 
 // reconcileGrant decides the next write to the Lease and makes it.
 func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result, error) {
-	if s.lease == nil {
-		return ctrl.Result{}, nil
-	}
 	view := leaseView(s.lease)
 	committed := int64(0)
 	if view.State == holder.StateHeld {
@@ -76,7 +72,7 @@ func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result,
 	case holder.Grant:
 		result, err = r.grant(ctx, s, view)
 	}
-	if apierrors.IsConflict(err) {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		log.V(4).Info("Lease changed under us; looking again", "err", err.Error())
 		s.stale = true
 		return ctrl.Result{RequeueAfter: conflictRetry}, nil
@@ -94,8 +90,9 @@ func (r *Reconciler) renew(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// revoke stops renewing the current grant: first the old holder is told it is
-// a standby (best effort: it may be gone), then the Lease records the revoke.
+// revoke stops renewing the current grant: the Lease records the revocation,
+// then the old holder is told that it is a standby (best effort: it may be
+// gone).
 func (r *Reconciler) revoke(ctx context.Context, s *scope, view holder.Lease) error {
 	l, err := r.revokeLease(ctx, s.lease)
 	if err != nil {
@@ -113,47 +110,40 @@ func (r *Reconciler) revoke(ctx context.Context, s *scope, view holder.Lease) er
 }
 
 // grant writes a fresh grant, checks that its fence is greater than every
-// fence published before, and commits it. The commit is the point after which
-// the grant may be published; a grant that fails before it stays pending and
-// is superseded later.
+// fence published before, and commits it. The floor is checked before the
+// write too, so that a storage that went back in time does not even end the
+// current grant. The commit is the point after which the grant may be
+// published; a grant that fails before it stays pending and is superseded.
 func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease) (ctrl.Result, error) {
 	target := s.plan.Target
-	if old.State == holder.StateHeld {
-		if old.HolderUID != target.UID {
-			reason := fencingv1alpha1.EventLost
-			if s.plan.Rotation {
-				reason = fencingv1alpha1.EventRotated
-			}
-			r.event(ctx, s.fl, eventNormal, reason, "Grant of pod %s (fence %d) ended: %s", ptr.Deref(s.lease.Spec.HolderIdentity, ""), old.Fence, s.plan.Why)
+	floor := r.fenceFloor(s)
+	if res, regressed := r.checkFence(ctx, s, s.lease.ResourceVersion, floor, target.Name); regressed {
+		// No grant can be made, but the current one ends all the same: its
+		// holder is lost, rotated away, or its grant expired unrenewed.
+		if old.State == holder.StateHeld {
+			return res, r.revoke(ctx, s, old)
 		}
-	}
-	floor, err := r.fenceFloor(ctx, s)
-	if err != nil {
-		s.inputErr = err
-		return ctrl.Result{}, err
+		return res, nil
 	}
 	l, err := r.writeGrant(ctx, s.lease, target, int32(policyOf(s.fl, r.PendingGrace).LeaseDuration/time.Second))
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	s.lease = l
-	if old.State == holder.StateHeld {
-		// The Lease no longer names the old holder, so nothing can publish
-		// its fence again; tell it now that it is a standby.
+	if old.State == holder.StateHeld && old.HolderUID != target.UID {
+		reason := fencingv1alpha1.EventLost
+		if s.plan.Rotation {
+			reason = fencingv1alpha1.EventRotated
+		}
+		r.event(ctx, s.fl, eventNormal, reason, "Grant of pod %s (fence %d) ended: %s", ptr.Deref(s.lease.Spec.HolderIdentity, ""), old.Fence, s.plan.Why)
+		// The Lease no longer names the old holder; tell it that it is a
+		// standby now.
 		r.demoteHolder(ctx, s, old.HolderUID)
 	}
-	fence, err := holder.CheckIncreases(l.ResourceVersion, floor)
-	var regression *holder.RegressionError
-	switch {
-	case errors.As(err, &regression):
-		s.degraded = &condition{reason: fencingv1alpha1.ReasonFenceRegression, message: err.Error() + "; no grant is made until it is"}
-		r.event(ctx, s.fl, eventWarning, fencingv1alpha1.EventFenceRegression,
-			"Refused to grant pod %s: %s (was the API server's storage restored?)", target.Name, err)
-		return ctrl.Result{RequeueAfter: regressionRetry}, nil
-	case err != nil:
-		s.degraded = &condition{reason: fencingv1alpha1.ReasonFenceUnavailable, message: err.Error()}
-		return ctrl.Result{RequeueAfter: regressionRetry}, nil
+	if res, regressed := r.checkFence(ctx, s, l.ResourceVersion, floor, target.Name); regressed {
+		return res, nil
 	}
+	fence, _ := holder.FenceFromResourceVersion(l.ResourceVersion)
 	l, err = r.commitGrant(ctx, l, fence)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -166,19 +156,40 @@ func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease) (ctr
 	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 }
 
+// checkFence refuses a resourceVersion that is not greater than the fence
+// floor (Degraded FenceRegression and a Warning event) or that is no number
+// at all (Degraded FenceUnavailable).
+func (r *Reconciler) checkFence(ctx context.Context, s *scope, rv string, floor int64, target string) (ctrl.Result, bool) {
+	_, err := holder.CheckIncreases(rv, floor)
+	var regression *holder.RegressionError
+	switch {
+	case err == nil:
+		return ctrl.Result{}, false
+	case errors.As(err, &regression):
+		s.degraded = &condition{reason: fencingv1alpha1.ReasonFenceRegression, message: err.Error() + "; no grant is made until it is"}
+		r.event(ctx, s.fl, eventWarning, fencingv1alpha1.EventFenceRegression,
+			"Refused to grant pod %s: %s (was the API server's storage restored?)", target, err)
+	default:
+		s.degraded = &condition{reason: fencingv1alpha1.ReasonFenceUnavailable, message: err.Error()}
+	}
+	return ctrl.Result{RequeueAfter: regressionRetry}, true
+}
+
 // demoteHolder tells the pod whose grant just ended that it is a standby. It
-// runs after the Lease write that ended the grant, so that no operator
-// replica can publish the old fence again (publishing reads the Lease live).
-// It is best effort: the pod may be gone, and the publish step, which never
-// publishes a new holder before every other pod is a standby, retries it.
+// runs after the Lease write that ended the grant, on the version of the pod
+// the reconcile read. It is best effort: the pod may be gone or changed, and
+// the next reconcile, or the next publication, demotes it anyway.
 func (r *Reconciler) demoteHolder(ctx context.Context, s *scope, uid types.UID) {
-	for _, list := range [][]corev1.Pod{s.pods.selected, s.pods.stray} {
-		for i := range list {
-			if pod := &list[i]; pod.UID == uid {
-				if err := r.publish(ctx, s.fl, pod, standbyAnnotations(s.fl.Name)); err != nil {
-					ctrl.LoggerFrom(ctx).Info("Cannot demote the old holder yet", "pod", pod.Name, "err", err.Error())
-				}
-			}
+	for _, pod := range s.pods.all() {
+		if pod.UID != uid {
+			continue
+		}
+		action := holder.Standby
+		if !s.pods.candidate(uid) {
+			action = holder.Clear
+		}
+		if err := r.writePod(ctx, s.fl, pod, action, 0, pod.ResourceVersion); err != nil {
+			ctrl.LoggerFrom(ctx).Info("Cannot demote the old holder yet", "pod", pod.Name, "err", err.Error())
 		}
 	}
 }

@@ -3,10 +3,13 @@ package fencedlease
 import (
 	"context"
 	"fmt"
+	"sort"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
@@ -15,15 +18,23 @@ import (
 
 // pods is what one reconcile knows of the pods of a FencedLease.
 type pods struct {
-	// selected are the candidate pods, by spec.selector.
+	// selected are the pods spec.selector selects, by name.
 	selected []corev1.Pod
-	// stray carry this FencedLease's annotations without being selected any
-	// more: their annotations are removed.
+	// stray carry this FencedLease's label or annotations without being
+	// selected any more: they are cleared.
 	stray []corev1.Pod
-	// candidates are the selected pods as internal/holder sees them.
+	// candidates are the selected pods as internal/holder sees them, in the
+	// order of selected.
 	candidates []holder.Candidate
 	// overlaps names the other FencedLeases that select some of our pods.
 	overlaps []string
+}
+
+// candidate says whether the pod is a candidate of this FencedLease alone:
+// selected, and not selected by another FencedLease as well.
+func (p *pods) candidate(uid types.UID) bool {
+	c, ok := holder.Find(p.candidates, uid)
+	return ok && c.Ineligible != holder.IneligibleOverlap
 }
 
 // invalidSelectorError says that spec.selector cannot be used.
@@ -31,88 +42,83 @@ type invalidSelectorError struct{ err error }
 
 func (e invalidSelectorError) Error() string { return "spec.selector is invalid: " + e.err.Error() }
 
-// gatherPods reads the pods of the namespace from the cache once and sorts
-// them into candidates, strays, and overlaps with other FencedLeases.
+// gatherPods reads the pods of a FencedLease from the cache: those its
+// selector selects, those that still carry its label or annotations, and the
+// nodes the selected ones run on.
 func (r *Reconciler) gatherPods(ctx context.Context, fl *fencingv1alpha1.FencedLease) (*pods, error) {
 	sel, err := metav1.LabelSelectorAsSelector(&fl.Spec.Selector)
 	if err != nil {
 		return nil, invalidSelectorError{err: err}
 	}
-	var all corev1.PodList
-	if err := r.List(ctx, &all, client.InNamespace(fl.Namespace)); err != nil {
-		return nil, fmt.Errorf("list pods in namespace %s: %w", fl.Namespace, err)
+	if sel.Empty() {
+		return nil, invalidSelectorError{err: fmt.Errorf("it selects every pod of the namespace")}
 	}
-	others, err := r.otherSelectors(ctx, fl)
-	if err != nil {
-		return nil, err
+	var selected, marked corev1.PodList
+	if err := r.List(ctx, &selected, client.InNamespace(fl.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, fmt.Errorf("list pods of FencedLease %s/%s: %w", fl.Namespace, fl.Name, err)
 	}
-	out := &pods{}
+	if err := r.List(ctx, &marked, client.InNamespace(fl.Namespace), client.MatchingLabels{fencingv1alpha1.LabelLease: fl.Name}); err != nil {
+		return nil, fmt.Errorf("list pods marked for FencedLease %s/%s: %w", fl.Namespace, fl.Name, err)
+	}
+	out := &pods{selected: selected.Items}
+	sort.Slice(out.selected, func(i, j int) bool { return out.selected[i].Name < out.selected[j].Name })
 	overlapping := map[string]bool{}
-	for i := range all.Items {
-		pod := &all.Items[i]
-		if !sel.Matches(labels.Set(pod.Labels)) {
-			if pod.Annotations[fencingv1alpha1.AnnotationLease] == fl.Name {
-				out.stray = append(out.stray, *pod)
-			}
-			continue
+	for i := range out.selected {
+		pod := &out.selected[i]
+		others := without(r.selecting(ctx, pod), fl.Name)
+		for _, name := range others {
+			overlapping[name] = true
 		}
-		overlap := false
-		for name, other := range others {
-			if other.Matches(labels.Set(pod.Labels)) {
-				overlap, overlapping[name] = true, true
-			}
+		node, err := r.nodeOf(ctx, pod)
+		if err != nil {
+			return nil, err
 		}
-		out.selected = append(out.selected, *pod)
-		out.candidates = append(out.candidates, holder.NewCandidate(pod, overlap))
+		out.candidates = append(out.candidates, holder.NewCandidate(pod, len(others) > 0, node))
 	}
 	for name := range overlapping {
 		out.overlaps = append(out.overlaps, name)
 	}
+	sort.Strings(out.overlaps)
+	for i := range marked.Items {
+		if pod := &marked.Items[i]; !sel.Matches(labels.Set(pod.Labels)) {
+			out.stray = append(out.stray, *pod)
+		}
+	}
+	sort.Slice(out.stray, func(i, j int) bool { return out.stray[i].Name < out.stray[j].Name })
 	return out, nil
 }
 
-// otherSelectors returns the selectors of the other FencedLeases of the
-// namespace. One with an invalid selector selects nothing.
-func (r *Reconciler) otherSelectors(ctx context.Context, fl *fencingv1alpha1.FencedLease) (map[string]labels.Selector, error) {
-	var list fencingv1alpha1.FencedLeaseList
-	if err := r.List(ctx, &list, client.InNamespace(fl.Namespace)); err != nil {
-		return nil, fmt.Errorf("list FencedLeases in namespace %s: %w", fl.Namespace, err)
-	}
-	out := map[string]labels.Selector{}
-	for i := range list.Items {
-		other := &list.Items[i]
-		if other.Name == fl.Name || other.DeletionTimestamp != nil {
-			continue
-		}
-		if s, err := metav1.LabelSelectorAsSelector(&other.Spec.Selector); err == nil && !s.Empty() {
-			out[other.Name] = s
+func without(names []string, name string) []string {
+	out := names[:0]
+	for _, n := range names {
+		if n != name {
+			out = append(out, n)
 		}
 	}
-	return out, nil
+	return out
+}
+
+// nodeOf reads the node a pod runs on; nil when it does not exist.
+func (r *Reconciler) nodeOf(ctx context.Context, pod *corev1.Pod) (*corev1.Node, error) {
+	if pod.Spec.NodeName == "" {
+		return nil, nil
+	}
+	node := &corev1.Node{}
+	err := r.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get node %s of pod %s/%s: %w", pod.Spec.NodeName, pod.Namespace, pod.Name, err)
+	}
+	return node, nil
 }
 
 // fenceFloor is the highest fence ever published for the FencedLease that the
-// operator can know of: the status, the Lease, the pods, the protected
-// objects, and its own memory. A new fence must be greater.
-func (r *Reconciler) fenceFloor(ctx context.Context, s *scope) (int64, error) {
-	floor := holder.MaxFence(s.fl.Status.Fence, fenceAnnotation(s.lease.Annotations), r.observations.maxFence(s.key))
-	for _, list := range [][]corev1.Pod{s.pods.selected, s.pods.stray} {
-		for i := range list {
-			if list[i].Annotations[fencingv1alpha1.AnnotationLease] == s.fl.Name {
-				floor = holder.MaxFence(floor, fenceAnnotation(list[i].Annotations))
-			}
-		}
-	}
-	for _, kind := range []string{"ConfigMapList", "SecretList"} {
-		objs := &metav1.PartialObjectMetadataList{}
-		objs.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind))
-		if err := r.APIReader.List(ctx, objs, client.InNamespace(s.fl.Namespace),
-			client.MatchingLabels{fencingv1alpha1.LabelProtectedBy: s.fl.Name}); err != nil {
-			return 0, fmt.Errorf("list protected objects (%s) of FencedLease %s/%s: %w", kind, s.fl.Namespace, s.fl.Name, err)
-		}
-		for i := range objs.Items {
-			floor = holder.MaxFence(floor, fenceAnnotation(objs.Items[i].Annotations))
-		}
-	}
-	return floor, nil
+// operator can trust: the status and the Lease (written only by the operator,
+// which admission enforces) and its own memory. A new fence must be greater.
+// Annotations that others may write — pods, protected objects — never count:
+// a forged one must not be able to block every grant.
+func (r *Reconciler) fenceFloor(s *scope) int64 {
+	return holder.MaxFence(s.recorded.Fence, s.fl.Status.Fence, fenceAnnotation(s.lease.Annotations), r.observations.maxFence(s.key))
 }

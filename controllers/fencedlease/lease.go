@@ -2,6 +2,7 @@ package fencedlease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
@@ -30,6 +32,10 @@ type errLeaseNotOwned struct{ lease *coordinationv1.Lease }
 func (e errLeaseNotOwned) Error() string {
 	return fmt.Sprintf("Lease %s exists and is not controlled by this FencedLease; delete or rename it", klog.KObj(e.lease))
 }
+
+// errLeaseLagging says that the Lease cache does not know a Lease that the
+// API server has (it was created a moment ago): look again later.
+var errLeaseLagging = errors.New("the Lease cache lags behind the API server")
 
 // leaseView is the grant recorded on the Lease, as internal/holder sees it.
 func leaseView(l *coordinationv1.Lease) holder.Lease {
@@ -51,35 +57,61 @@ func fenceAnnotation(ann map[string]string) int64 {
 }
 
 // getOrCreateLease returns the Lease of the FencedLease, creating it when it
-// is missing. A Lease re-created while the status still names a holder starts
-// as a revoked grant of that holder, so that takeover Safe still waits a full
-// lease duration and the last fence is kept as the floor of the next one.
+// is missing. Before creating, the FencedLease is read from the API server:
+// a Lease deleted behind the operator's back is re-created from the newest
+// record as a revoked grant whenever a fence was ever recorded, so that
+// takeover Safe still waits a full lease duration, the last fence stays the
+// floor of the next one, and leaseTransitions never goes back.
 func (r *Reconciler) getOrCreateLease(ctx context.Context, fl *fencingv1alpha1.FencedLease) (*coordinationv1.Lease, error) {
+	key := types.NamespacedName{Namespace: fl.Namespace, Name: fl.Name}
 	l := &coordinationv1.Lease{}
-	err := r.Get(ctx, types.NamespacedName{Namespace: fl.Namespace, Name: fl.Name}, l)
+	err := r.Get(ctx, key, l)
 	switch {
 	case err == nil:
 		return r.adoptLease(ctx, fl, l)
 	case !apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("get Lease %s/%s: %w", fl.Namespace, fl.Name, err)
+		return nil, fmt.Errorf("get Lease %s: %w", key, err)
 	}
-	l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: fl.Namespace, Name: fl.Name, Annotations: map[string]string{}}}
-	if fl.Status.Fence > 0 {
-		l.Annotations[annotationFence] = strconv.FormatInt(fl.Status.Fence, 10)
+	live := &fencingv1alpha1.FencedLease{}
+	if err := r.APIReader.Get(ctx, key, live); err != nil {
+		return nil, fmt.Errorf("read FencedLease %s before re-creating its Lease: %w", key, err)
 	}
-	if h := fl.Status.Holder; h != nil {
-		l.Spec.HolderIdentity = ptr.To(h.PodName)
-		l.Annotations[annotationHolderUID] = string(h.PodUID)
-		l.Annotations[annotationState] = holder.StateRevoked
-		l.Spec.LeaseTransitions = ptr.To(fl.Status.Transitions)
+	if live.UID != fl.UID || live.DeletionTimestamp != nil {
+		return nil, errLeaseLagging // the cache lags behind a deletion
 	}
+	l = revokedLease(live, r.observations.maxFence(key))
 	if err := controllerutil.SetControllerReference(fl, l, r.Scheme()); err != nil {
 		return nil, fmt.Errorf("set owner of Lease %s: %w", klog.KObj(l), err)
 	}
-	if err := r.Create(ctx, l); err != nil {
+	err = r.Create(ctx, l)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return nil, errLeaseLagging
+	case err != nil:
 		return nil, fmt.Errorf("create Lease %s: %w", klog.KObj(l), err)
 	}
 	return l, nil
+}
+
+// revokedLease is the Lease of a FencedLease whose Lease is missing: free
+// when it never recorded a fence, otherwise a revoked grant carrying the last
+// fence and transition count (taking the operator's own memory into account).
+func revokedLease(fl *fencingv1alpha1.FencedLease, remembered int64) *coordinationv1.Lease {
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: fl.Namespace, Name: fl.Name, Annotations: map[string]string{}}}
+	fence := holder.MaxFence(fl.Status.Fence, remembered)
+	if fence == 0 && fl.Status.Transitions == 0 {
+		return l
+	}
+	if fence > 0 {
+		l.Annotations[annotationFence] = strconv.FormatInt(fence, 10)
+	}
+	l.Annotations[annotationState] = holder.StateRevoked
+	l.Spec.LeaseTransitions = ptr.To(fl.Status.Transitions)
+	if h := fl.Status.Holder; h != nil {
+		l.Spec.HolderIdentity = ptr.To(h.PodName)
+		l.Annotations[annotationHolderUID] = string(h.PodUID)
+	}
+	return l
 }
 
 // adoptLease checks that the Lease is controlled by this FencedLease. A Lease
@@ -105,61 +137,79 @@ func (r *Reconciler) adoptLease(ctx context.Context, fl *fencingv1alpha1.FencedL
 	return adopted, nil
 }
 
-// writeGrant is the grant: one compare-and-swap write of the Lease (the
-// resourceVersion read is the precondition) that names the new holder. Its
-// resulting resourceVersion is the fence. The grant stays pending until
-// commitGrant records that fence.
-func (r *Reconciler) writeGrant(ctx context.Context, l *coordinationv1.Lease, target holder.Candidate, durationSeconds int32) (*coordinationv1.Lease, error) {
+// updateLease writes the Lease as a compare-and-swap: the resourceVersion it
+// was read with is the precondition, so two writers that read the same Lease
+// never both succeed.
+func (r *Reconciler) updateLease(ctx context.Context, l *coordinationv1.Lease, what string, mutate func(*coordinationv1.Lease)) (*coordinationv1.Lease, error) {
 	next := l.DeepCopy()
 	if next.Annotations == nil {
 		next.Annotations = map[string]string{}
 	}
-	now := metav1.NewMicroTime(r.Clock.Now())
-	next.Spec.HolderIdentity = ptr.To(target.Name)
-	next.Spec.AcquireTime = &now
-	next.Spec.RenewTime = &now
-	next.Spec.LeaseDurationSeconds = ptr.To(durationSeconds)
-	next.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
-	next.Annotations[annotationHolderUID] = string(target.UID)
-	next.Annotations[annotationState] = holder.StatePending
+	mutate(next)
 	if err := r.Update(ctx, next); err != nil {
-		return nil, fmt.Errorf("grant Lease %s to pod %s: %w", klog.KObj(l), target.Name, err)
+		return nil, fmt.Errorf("%s on Lease %s: %w", what, klog.KObj(l), err)
 	}
 	return next, nil
+}
+
+// writeGrant is the grant: one compare-and-swap write of the Lease that
+// names the new holder. Its resulting resourceVersion is the fence. The grant
+// stays pending until commitGrant records that fence.
+func (r *Reconciler) writeGrant(ctx context.Context, l *coordinationv1.Lease, target holder.Candidate, durationSeconds int32) (*coordinationv1.Lease, error) {
+	return r.updateLease(ctx, l, "grant to pod "+target.Name, func(next *coordinationv1.Lease) {
+		now := metav1.NewMicroTime(r.Clock.Now())
+		next.Spec.HolderIdentity = ptr.To(target.Name)
+		next.Spec.AcquireTime = &now
+		next.Spec.RenewTime = &now
+		next.Spec.LeaseDurationSeconds = ptr.To(durationSeconds)
+		next.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+		next.Annotations[annotationHolderUID] = string(target.UID)
+		next.Annotations[annotationState] = holder.StatePending
+	})
 }
 
 // commitGrant records the fence of a pending grant on the Lease, again as a
 // compare-and-swap on the grant's own resourceVersion: it succeeds only if
 // nothing else wrote the Lease since the grant.
 func (r *Reconciler) commitGrant(ctx context.Context, l *coordinationv1.Lease, fence int64) (*coordinationv1.Lease, error) {
-	next := l.DeepCopy()
-	next.Annotations[annotationFence] = strconv.FormatInt(fence, 10)
-	next.Annotations[annotationState] = holder.StateHeld
-	if err := r.Update(ctx, next); err != nil {
-		return nil, fmt.Errorf("commit fence %d on Lease %s: %w", fence, klog.KObj(l), err)
-	}
-	return next, nil
+	return r.updateLease(ctx, l, fmt.Sprintf("commit fence %d", fence), func(next *coordinationv1.Lease) {
+		next.Annotations[annotationFence] = strconv.FormatInt(fence, 10)
+		next.Annotations[annotationState] = holder.StateHeld
+	})
 }
 
 // renewLease extends the current grant; a conflict means someone else wrote
 // the Lease, and the next reconcile looks again rather than overwrite it.
 func (r *Reconciler) renewLease(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	next := l.DeepCopy()
-	now := metav1.NewMicroTime(r.Clock.Now())
-	next.Spec.RenewTime = &now
-	if err := r.Update(ctx, next); err != nil {
-		return nil, fmt.Errorf("renew Lease %s: %w", klog.KObj(l), err)
-	}
-	return next, nil
+	return r.updateLease(ctx, l, "renew", func(next *coordinationv1.Lease) {
+		now := metav1.NewMicroTime(r.Clock.Now())
+		next.Spec.RenewTime = &now
+	})
 }
 
 // revokeLease marks the grant as no longer renewed. It keeps the holder and
 // the renew time, which say when the grant ends.
 func (r *Reconciler) revokeLease(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	next := l.DeepCopy()
-	next.Annotations[annotationState] = holder.StateRevoked
-	if err := r.Update(ctx, next); err != nil {
-		return nil, fmt.Errorf("revoke grant on Lease %s: %w", klog.KObj(l), err)
+	return r.updateLease(ctx, l, "revoke the grant", func(next *coordinationv1.Lease) {
+		next.Annotations[annotationState] = holder.StateRevoked
+	})
+}
+
+// deleteLease deletes the Lease of a FencedLease being deleted, if it
+// controls it.
+func (r *Reconciler) deleteLease(ctx context.Context, fl *fencingv1alpha1.FencedLease) error {
+	l := &coordinationv1.Lease{}
+	err := r.Get(ctx, types.NamespacedName{Namespace: fl.Namespace, Name: fl.Name}, l)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("get Lease %s/%s: %w", fl.Namespace, fl.Name, err)
+	case !metav1.IsControlledBy(l, fl):
+		return nil
 	}
-	return next, nil
+	if err := client.IgnoreNotFound(r.Delete(ctx, l, client.Preconditions{UID: &l.UID})); err != nil {
+		return fmt.Errorf("delete Lease %s: %w", klog.KObj(l), err)
+	}
+	return nil
 }

@@ -2,34 +2,146 @@ package fencedlease
 
 import (
 	"context"
+	"sort"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/holder"
 )
 
-// fencedLeasesForPod maps a pod to the FencedLeases of its namespace that
-// select it, and to the one named in its annotations (which may no longer
-// select it and must clear them).
-func (r *Reconciler) fencedLeasesForPod(ctx context.Context, obj client.Object) []reconcile.Request {
-	var list fencingv1alpha1.FencedLeaseList
-	if err := r.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Cannot list FencedLeases for a pod", "namespace", obj.GetNamespace())
-		return nil
+// Cache indexes of the controller.
+const (
+	// indexSelectorTerms indexes FencedLeases by the "key=value" pairs of
+	// their selector's matchLabels, or by "*" when it has none, so that the
+	// FencedLeases that may select a pod are found from the pod's labels
+	// without reading every FencedLease of the namespace.
+	indexSelectorTerms = "fencedlease.io/selector-terms"
+	// indexPodNode indexes pods by the node they run on.
+	indexPodNode = "spec.nodeName"
+	// anySelector is the term of a selector without matchLabels.
+	anySelector = "*"
+)
+
+// Index is a field index the controller reads the cache with; the manager's
+// cache must have every one of Indexes registered.
+type Index struct {
+	Object  client.Object
+	Field   string
+	Extract client.IndexerFunc
+}
+
+// Indexes are the cache indexes the controller reads with.
+func Indexes() []Index {
+	return []Index{
+		{Object: &fencingv1alpha1.FencedLease{}, Field: indexSelectorTerms, Extract: selectorTerms},
+		{Object: &corev1.Pod{}, Field: indexPodNode, Extract: func(o client.Object) []string {
+			if n := o.(*corev1.Pod).Spec.NodeName; n != "" {
+				return []string{n}
+			}
+			return nil
+		}},
 	}
-	var reqs []reconcile.Request
-	named := obj.GetAnnotations()[fencingv1alpha1.AnnotationLease]
-	for i := range list.Items {
-		fl := &list.Items[i]
-		sel, err := metav1.LabelSelectorAsSelector(&fl.Spec.Selector)
-		if fl.Name == named || (err == nil && sel.Matches(labels.Set(obj.GetLabels()))) {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: fl.Namespace, Name: fl.Name}})
+}
+
+func selectorTerms(o client.Object) []string {
+	fl := o.(*fencingv1alpha1.FencedLease)
+	if len(fl.Spec.Selector.MatchLabels) == 0 {
+		return []string{anySelector}
+	}
+	out := make([]string, 0, len(fl.Spec.Selector.MatchLabels))
+	for k, v := range fl.Spec.Selector.MatchLabels {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+// selecting returns the FencedLeases of the pod's namespace that select it,
+// by name. Deleting FencedLeases select nothing.
+func (r *Reconciler) selecting(ctx context.Context, pod client.Object) []string {
+	terms := []string{anySelector}
+	for k, v := range pod.GetLabels() {
+		terms = append(terms, k+"="+v)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, term := range terms {
+		var list fencingv1alpha1.FencedLeaseList
+		if err := r.List(ctx, &list, client.InNamespace(pod.GetNamespace()), client.MatchingFields{indexSelectorTerms: term},
+			client.UnsafeDisableDeepCopy); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Cannot list FencedLeases by selector", "namespace", pod.GetNamespace())
+			continue
+		}
+		for i := range list.Items {
+			fl := &list.Items[i]
+			if seen[fl.Name] || fl.DeletionTimestamp != nil {
+				continue
+			}
+			seen[fl.Name] = true
+			if sel, err := metav1.LabelSelectorAsSelector(&fl.Spec.Selector); err == nil && !sel.Empty() && sel.Matches(labels.Set(pod.GetLabels())) {
+				out = append(out, fl.Name)
+			}
 		}
 	}
-	return reqs
+	sort.Strings(out)
+	return out
+}
+
+// fencedLeasesForPod maps a pod to the FencedLeases that select it, and to the
+// one named by its label or annotation (which may no longer select it and
+// must clear them).
+func (r *Reconciler) fencedLeasesForPod(ctx context.Context, obj client.Object) []reconcile.Request {
+	names := r.selecting(ctx, obj)
+	for _, named := range []string{obj.GetLabels()[fencingv1alpha1.LabelLease], obj.GetAnnotations()[fencingv1alpha1.AnnotationLease]} {
+		if named != "" {
+			names = append(names, named)
+		}
+	}
+	return requests(obj.GetNamespace(), names)
+}
+
+// fencedLeasesForNode maps a node to the FencedLeases of the pods on it.
+func (r *Reconciler) fencedLeasesForNode(ctx context.Context, obj client.Object) []reconcile.Request {
+	var list corev1.PodList
+	if err := r.List(ctx, &list, client.MatchingFields{indexPodNode: obj.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Cannot list the pods of a node", "node", obj.GetName())
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		out = append(out, r.fencedLeasesForPod(ctx, &list.Items[i])...)
+	}
+	return out
+}
+
+func requests(namespace string, names []string) []reconcile.Request {
+	seen := map[string]bool{}
+	var out []reconcile.Request
+	for _, n := range names {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: n}})
+		}
+	}
+	return out
+}
+
+// nodeHealthChanged lets through node events that can change eligibility:
+// creation, deletion, and updates that change whether the node is lost. The
+// kubelet's heartbeats change nothing else the operator reads.
+func nodeHealthChanged() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
+			return holder.NodeLost(o.Name, o) != holder.NodeLost(n.Name, n)
+		},
+	}
 }

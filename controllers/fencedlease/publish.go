@@ -2,7 +2,9 @@ package fencedlease
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -17,148 +19,263 @@ import (
 	"github.com/fencedlease/fencedlease/internal/holder"
 )
 
-func holderAnnotations(lease string, fence int64) map[string]string {
-	return map[string]string{
-		fencingv1alpha1.AnnotationFence: strconv.FormatInt(fence, 10),
-		fencingv1alpha1.AnnotationRole:  fencingv1alpha1.RoleHolder,
-		fencingv1alpha1.AnnotationLease: lease,
+// The annotations of a pod that belong to the operator.
+var podAnnotations = []string{fencingv1alpha1.AnnotationFence, fencingv1alpha1.AnnotationRole,
+	fencingv1alpha1.AnnotationLease, fencingv1alpha1.AnnotationGrant}
+
+// all returns every pod of the FencedLease the reconcile knows, selected ones
+// first.
+func (p *pods) all() []*corev1.Pod {
+	out := make([]*corev1.Pod, 0, len(p.selected)+len(p.stray))
+	for i := range p.selected {
+		out = append(out, &p.selected[i])
 	}
+	for i := range p.stray {
+		out = append(out, &p.stray[i])
+	}
+	return out
 }
 
-func standbyAnnotations(lease string) map[string]string {
-	return map[string]string{
-		fencingv1alpha1.AnnotationFence: "",
-		fencingv1alpha1.AnnotationRole:  fencingv1alpha1.RoleStandby,
-		fencingv1alpha1.AnnotationLease: lease,
+// publicationOf reads a pod's label and annotations for the FencedLease. A
+// pod whose label and lease annotation name another FencedLease (or none)
+// carries nothing of this one.
+func publicationOf(meta metav1.Object, lease string) holder.Publication {
+	ann := meta.GetAnnotations()
+	if meta.GetLabels()[fencingv1alpha1.LabelLease] != lease && ann[fencingv1alpha1.AnnotationLease] != lease {
+		return holder.Publication{UID: meta.GetUID()}
 	}
+	p := holder.Publication{
+		UID:      meta.GetUID(),
+		Labelled: meta.GetLabels()[fencingv1alpha1.LabelLease] == lease,
+		Lease:    ann[fencingv1alpha1.AnnotationLease],
+		Role:     ann[fencingv1alpha1.AnnotationRole],
+		Grant:    parseFence(ann[fencingv1alpha1.AnnotationGrant]),
+	}
+	if raw := ann[fencingv1alpha1.AnnotationFence]; raw != "" {
+		p.Fence = parseFence(raw)
+		if p.Fence == 0 {
+			p.Fence = -1
+		}
+	}
+	return p
 }
 
-// reconcilePods publishes the grant to the pods: every candidate but the
-// holder is a standby with an empty fence, pods no longer selected lose the
-// annotations, and the holder gets its fence, but only once the FencedLease
-// status records it (commit before publish). Standbys are demoted before the
-// holder is published.
+func parseFence(raw string) int64 {
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// reconcilePods brings the pods in line with the grant, from the caches:
+// new candidates become standbys, the holder of a grant that the Lease has
+// ended becomes a standby, pods that are no longer candidates are cleared.
+// Then, once the status records the committed grant, its holder is published
+// through the live protocol of publishHolder.
 func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) (ctrl.Result, error) {
-	if s.lease == nil || s.pods == nil {
-		return ctrl.Result{}, nil
-	}
-	holderUID, fence := publishable(s)
-	// The pod the Lease names as holder is left alone while its grant cannot
-	// be published yet (the status as read lags behind the Lease): demoting it
-	// would make it flap when another replica has already published it.
-	current := types.UID("")
-	if v := leaseView(s.lease); v.State == holder.StateHeld {
-		current = v.HolderUID
-	}
+	view := leaseView(s.lease)
 	var errs []error
-	for i := range s.pods.stray {
-		if err := r.publish(ctx, s.fl, &s.pods.stray[i], nil); err != nil {
+	for _, pod := range s.pods.all() {
+		current := view.State == holder.StateHeld && pod.UID == view.HolderUID
+		action := holder.CachedPodAction(publicationOf(pod, s.fl.Name), s.fl.Name, s.pods.candidate(pod.UID), current, view)
+		// The action was decided on the pod as cached: it applies to that
+		// version only, never to a newer one the cache has not seen.
+		if err := r.writePod(ctx, s.fl, pod, action, 0, pod.ResourceVersion); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	var holderPod *corev1.Pod
-	for i := range s.pods.selected {
-		pod := &s.pods.selected[i]
-		if pod.UID == current {
-			if pod.UID == holderUID {
-				holderPod = pod
-			}
-			continue
-		}
-		if err := r.publish(ctx, s.fl, pod, standbyAnnotations(s.fl.Name)); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	// Never two holders: the holder is published only once every other pod
-	// is known to be a standby.
-	if holderPod != nil && len(errs) == 0 {
-		if err := r.publishHolder(ctx, s, holderPod, fence); err != nil {
+	if target, fence := publishable(s); target != nil && len(errs) == 0 {
+		if err := r.publishHolder(ctx, s, target, fence); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if len(errs) > 0 {
-		return ctrl.Result{}, fmt.Errorf("publish to pods: %v", errs)
+		return ctrl.Result{}, fmt.Errorf("publish to the pods of FencedLease %s: %v", klog.KObj(s.fl), errs)
 	}
 	return ctrl.Result{}, nil
 }
 
-// publishable returns the holder and fence that may be published: the Lease
-// holds a committed grant, the status as read already records it, and the
-// holder is still eligible (a holder that is losing its grant is never
-// published again).
-func publishable(s *scope) (types.UID, int64) {
+// publishable returns the holder pod and fence that may be published: the
+// Lease holds a committed grant, the status as read already records it (the
+// fencing webhook decides on the status, so the token must not reach the pod
+// before it), and the holder is still eligible.
+func publishable(s *scope) (*corev1.Pod, int64) {
 	v := leaseView(s.lease)
 	h := s.recorded.Holder
 	if v.State != holder.StateHeld || v.Fence <= 0 || h == nil || h.PodUID != v.HolderUID || s.recorded.Fence != v.Fence {
-		return "", 0
+		return nil, 0
 	}
 	if c, ok := holder.Find(s.pods.candidates, v.HolderUID); !ok || !c.Eligible() {
-		return "", 0
+		return nil, 0
 	}
-	return v.HolderUID, v.Fence
+	for i := range s.pods.selected {
+		if pod := &s.pods.selected[i]; pod.UID == v.HolderUID {
+			if p := publicationOf(pod, s.fl.Name); p.IsHolder() && p.Fence == v.Fence && p.Labelled {
+				return nil, 0 // published already
+			}
+			return pod, v.Fence
+		}
+	}
+	return nil, 0
 }
 
-// publishHolder hands the fence to the holder pod. It reads the Lease from the
-// API server first, so that a stale cache can never publish a fence that is no
-// longer current, and patches the pod with an optimistic lock.
-func (r *Reconciler) publishHolder(ctx context.Context, s *scope, pod *corev1.Pod, fence int64) error {
-	want := holderAnnotations(s.fl.Name, fence)
-	if hasAnnotations(pod, want) {
-		return r.setHolderCondition(ctx, pod, true)
+// publishHolder hands the fence of the committed grant to its holder pod.
+// A read-then-write across two objects (the Lease, then the pod) is not
+// atomic, so the pod write is tied to the grant instead:
+//
+//  1. the Lease is read from the API server: the grant must be current (this
+//     only spares the pods a pointless marking by a replica that lags);
+//  2. the pods that carry the lease's label are listed from the API server;
+//  3. every one of them but the holder is marked with this grant as a
+//     standby, and every one that is no longer a candidate is cleared: each
+//     write changes that pod's resourceVersion, and is made on the version
+//     listed (a pod that changed since, published by another replica say,
+//     makes this publication start over);
+//  4. the Lease is read from the API server again: the grant must still be
+//     current;
+//  5. the holder is published with an optimistic lock on the
+//     resourceVersion it had in step 2.
+//
+// A publication of an older grant that is still in flight (a paused replica
+// between its steps 4 and 5) holds a resourceVersion from before our step 3,
+// which changed every labelled pod, so its write fails. Our own step 5 fails
+// the same way if a newer grant's step 3 came first. Hence no two pods are
+// ever published as holder at once, and published fences only grow.
+func (r *Reconciler) publishHolder(ctx context.Context, s *scope, target *corev1.Pod, fence int64) error {
+	if err := r.confirmGrant(ctx, s, target.UID, fence); err != nil {
+		return err
 	}
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	if err := r.APIReader.List(ctx, list, client.InNamespace(s.fl.Namespace), client.MatchingLabels{fencingv1alpha1.LabelLease: s.fl.Name}); err != nil {
+		return fmt.Errorf("list the pods of FencedLease %s before publishing: %w", klog.KObj(s.fl), err)
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+	var live *metav1.PartialObjectMetadata
+	for i := range list.Items {
+		if p := publicationOf(&list.Items[i], s.fl.Name); p.IsHolder() && p.Fence > fence {
+			// A newer grant is published already: ours is not current.
+			s.stale = true
+			return fmt.Errorf("pod %s holds fence %d, newer than fence %d", list.Items[i].Name, p.Fence, fence)
+		}
+	}
+	for i := range list.Items {
+		pod := &list.Items[i]
+		if pod.UID == target.UID {
+			live = pod
+			continue
+		}
+		action := holder.MarkAction(publicationOf(pod, s.fl.Name), s.fl.Name, s.pods.candidate(pod.UID), fence)
+		if err := r.writePodMeta(ctx, s.fl, pod, action, fence); err != nil {
+			return err
+		}
+	}
+	if live == nil {
+		return fmt.Errorf("pod %s does not carry the label %s=%s yet; publishing fence %d later", klog.KObj(target), fencingv1alpha1.LabelLease, s.fl.Name, fence)
+	}
+	if p := publicationOf(live, s.fl.Name); p.IsHolder() && p.Fence == fence {
+		return nil // published already; the cache had not seen it
+	}
+	if err := r.confirmGrant(ctx, s, target.UID, fence); err != nil {
+		return err
+	}
+	if err := r.Patch(ctx, live, publicationPatch(holderAction, s.fl.Name, fence, live.ResourceVersion)); err != nil {
+		return fmt.Errorf("publish fence %d to pod %s: %w", fence, klog.KObj(target), err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Published fence to holder", "pod", klog.KObj(target), "fence", fence)
+	target.ResourceVersion = live.ResourceVersion
+	target.Annotations = live.Annotations
+	return r.setHolderCondition(ctx, target, true)
+}
+
+// confirmGrant reads the Lease from the API server and checks that the grant
+// is still current.
+func (r *Reconciler) confirmGrant(ctx context.Context, s *scope, uid types.UID, fence int64) error {
 	live := &coordinationv1.Lease{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.lease), live); err != nil {
 		return fmt.Errorf("confirm Lease %s before publishing: %w", klog.KObj(s.lease), err)
 	}
-	if v := leaseView(live); v.State != holder.StateHeld || v.HolderUID != pod.UID || v.Fence != fence {
-		return fmt.Errorf("lease %s moved on before fence %d was published to pod %s", klog.KObj(live), fence, pod.Name)
+	if v := leaseView(live); v.State != holder.StateHeld || v.HolderUID != uid || v.Fence != fence {
+		s.stale = true
+		return fmt.Errorf("lease %s moved on before fence %d was published", klog.KObj(live), fence)
 	}
-	if err := r.publish(ctx, s.fl, pod, want, client.MergeFromWithOptimisticLock{}); err != nil {
-		return err
-	}
-	ctrl.LoggerFrom(ctx).Info("Published fence to holder", "pod", klog.KObj(pod), "fence", fence)
 	return nil
 }
 
-// publish sets (or, with nil, removes) the annotations of a pod and the
-// holder condition of its readiness gate.
-func (r *Reconciler) publish(ctx context.Context, fl *fencingv1alpha1.FencedLease, pod *corev1.Pod, want map[string]string, opts ...client.MergeFromOption) error {
-	if !hasAnnotations(pod, want) {
-		base := pod.DeepCopy()
-		if pod.Annotations == nil {
-			pod.Annotations = map[string]string{}
-		}
-		if want == nil {
-			for _, k := range []string{fencingv1alpha1.AnnotationFence, fencingv1alpha1.AnnotationRole, fencingv1alpha1.AnnotationLease} {
-				delete(pod.Annotations, k)
-			}
-		}
-		for k, v := range want {
-			pod.Annotations[k] = v
-		}
-		if err := client.IgnoreNotFound(r.Patch(ctx, pod, client.MergeFromWithOptions(base, opts...))); err != nil {
-			return fmt.Errorf("annotate pod %s for FencedLease %s: %w", klog.KObj(pod), fl.Name, err)
-		}
+// holderAction is the publication of the holder, as a pod action.
+const holderAction holder.PodAction = "Holder"
+
+// writePod carries out an action on a pod, and keeps the holder condition of
+// its readiness gate in line. With a resourceVersion, the write applies to
+// that version of the pod only.
+func (r *Reconciler) writePod(ctx context.Context, fl *fencingv1alpha1.FencedLease, pod *corev1.Pod, action holder.PodAction, grant int64, resourceVersion string) error {
+	if action == holder.Leave {
+		return nil
 	}
-	isHolder := want != nil && want[fencingv1alpha1.AnnotationRole] == fencingv1alpha1.RoleHolder
-	return r.setHolderCondition(ctx, pod, isHolder)
+	if err := client.IgnoreNotFound(r.Patch(ctx, pod, publicationPatch(action, fl.Name, grant, resourceVersion))); err != nil {
+		return fmt.Errorf("%s pod %s for FencedLease %s: %w", action, klog.KObj(pod), fl.Name, err)
+	}
+	if action == holder.Label {
+		return nil
+	}
+	return r.setHolderCondition(ctx, pod, false)
 }
 
-func hasAnnotations(pod *corev1.Pod, want map[string]string) bool {
-	if want == nil {
-		for _, k := range []string{fencingv1alpha1.AnnotationFence, fencingv1alpha1.AnnotationRole, fencingv1alpha1.AnnotationLease} {
-			if _, ok := pod.Annotations[k]; ok {
-				return false
-			}
-		}
-		return true
+// writePodMeta carries out an action on a pod listed from the API server as
+// metadata, on the version listed only: if the pod changed since (another
+// replica published it, say), the write fails and the publication starts
+// over from a fresh list. The holder condition follows on the next
+// reconcile.
+func (r *Reconciler) writePodMeta(ctx context.Context, fl *fencingv1alpha1.FencedLease, pod *metav1.PartialObjectMetadata, action holder.PodAction, grant int64) error {
+	if action == holder.Leave {
+		return nil
 	}
-	for k, v := range want {
-		if got, ok := pod.Annotations[k]; !ok || got != v {
-			return false
+	if err := client.IgnoreNotFound(r.Patch(ctx, pod, publicationPatch(action, fl.Name, grant, pod.ResourceVersion))); err != nil {
+		return fmt.Errorf("%s pod %s for FencedLease %s: %w", action, klog.KObj(pod), fl.Name, err)
+	}
+	return nil
+}
+
+// publicationPatch is a JSON merge patch that sets every label and annotation
+// of the lease on a pod to what the action says, whatever the pod carries
+// now: a patch computed as a difference from a cached copy would leave alone
+// what the copy did not show. grant, when not 0, marks the pod with that
+// grant (and is the fence of a holder). With a resourceVersion the patch
+// applies to that version only.
+func publicationPatch(action holder.PodAction, lease string, grant int64, resourceVersion string) client.Patch {
+	var labels, ann map[string]any
+	switch action {
+	case holder.Label:
+		labels = map[string]any{fencingv1alpha1.LabelLease: lease}
+	case holder.Standby, holderAction:
+		labels = map[string]any{fencingv1alpha1.LabelLease: lease}
+		ann = map[string]any{fencingv1alpha1.AnnotationLease: lease, fencingv1alpha1.AnnotationRole: holder.RoleStandby, fencingv1alpha1.AnnotationFence: ""}
+		if action == holderAction {
+			ann[fencingv1alpha1.AnnotationRole], ann[fencingv1alpha1.AnnotationFence] = holder.RoleHolder, strconv.FormatInt(grant, 10)
+		}
+		if grant != 0 {
+			ann[fencingv1alpha1.AnnotationGrant] = strconv.FormatInt(grant, 10)
+		}
+	case holder.Clear:
+		labels = map[string]any{fencingv1alpha1.LabelLease: nil}
+		ann = map[string]any{}
+		for _, k := range podAnnotations {
+			ann[k] = nil
 		}
 	}
-	return true
+	md := map[string]any{"labels": labels}
+	if ann != nil {
+		md["annotations"] = ann
+	}
+	if resourceVersion != "" {
+		md["resourceVersion"] = resourceVersion
+	}
+	data, err := json.Marshal(map[string]any{"metadata": md})
+	if err != nil {
+		panic(err) // maps of strings always marshal
+	}
+	return client.RawPatch(types.MergePatchType, data)
 }
 
 // setHolderCondition keeps the fencedlease.io/holder pod condition True on the
@@ -178,7 +295,8 @@ func (r *Reconciler) setHolderCondition(ctx context.Context, pod *corev1.Pod, is
 		}
 	}
 	base := pod.DeepCopy()
-	cond := corev1.PodCondition{Type: fencingv1alpha1.ConditionHolder, Status: status, Reason: reason, Message: msg, LastTransitionTime: metav1.Now()}
+	cond := corev1.PodCondition{Type: fencingv1alpha1.ConditionHolder, Status: status, Reason: reason, Message: msg,
+		LastTransitionTime: metav1.NewTime(r.Clock.Now())}
 	replaced := false
 	for i := range pod.Status.Conditions {
 		if pod.Status.Conditions[i].Type == cond.Type {

@@ -8,10 +8,12 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
@@ -20,24 +22,41 @@ import (
 
 // patchStatus is the one status write of a reconcile. observedGeneration is
 // bumped only when the reconcile succeeded.
-func (r *Reconciler) patchStatus(ctx context.Context, base *fencingv1alpha1.FencedLease, s *scope, ok bool) error {
+//
+// The status is a record, never a view: the fencing webhook trusts it. So
+// the patch carries the resourceVersion of the FencedLease as read (a late
+// patch from an earlier reconcile, or one based on a lagging cache, fails
+// instead of overwriting a newer record), and nothing is written when the
+// inputs were found stale. A conflict asks for another look soon.
+func (r *Reconciler) patchStatus(ctx context.Context, base *fencingv1alpha1.FencedLease, s *scope, ok bool) (bool, error) {
+	if s.stale {
+		return false, nil
+	}
 	r.computeStatus(ctx, s)
 	if ok {
 		s.fl.Status.ObservedGeneration = s.fl.Generation
 	}
 	if equality.Semantic.DeepEqual(base.Status, s.fl.Status) {
-		return nil
+		return false, nil
 	}
-	if err := client.IgnoreNotFound(r.Status().Patch(ctx, s.fl, client.MergeFrom(base))); err != nil {
-		return fmt.Errorf("patch status of FencedLease %s: %w", klog.KObj(s.fl), err)
+	err := r.Status().Patch(ctx, s.fl, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	switch {
+	case apierrors.IsConflict(err):
+		ctrl.LoggerFrom(ctx).V(4).Info("FencedLease changed under us; recording the status again")
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("patch status of FencedLease %s: %w", klog.KObj(s.fl), err)
 	}
-	return nil
+	return false, nil
 }
 
-// computeStatus mirrors the Lease into the status and sets the conditions.
+// computeStatus records the Lease in the status, if it is newer than the one
+// the status records, and sets the conditions.
 func (r *Reconciler) computeStatus(ctx context.Context, s *scope) {
 	st := &s.fl.Status
-	if s.lease != nil {
+	if s.lease != nil && (st.LeaseResourceVersion == "" || newer(s.lease.ResourceVersion, st.LeaseResourceVersion)) {
 		mirrorLease(st, s)
 	}
 	if s.pods != nil {
@@ -48,12 +67,14 @@ func (r *Reconciler) computeStatus(ctx context.Context, s *scope) {
 	setReady(s)
 }
 
+// mirrorLease records a Lease newer than the one the status records. Fence
+// and transitions never go back, whatever the Lease says (a Lease re-created
+// from an older record).
 func mirrorLease(st *fencingv1alpha1.FencedLeaseStatus, s *scope) {
 	l, v := s.lease, leaseView(s.lease)
-	st.Transitions = ptr.Deref(l.Spec.LeaseTransitions, 0)
-	if v.Fence > st.Fence {
-		st.Fence = v.Fence
-	}
+	st.LeaseResourceVersion = l.ResourceVersion
+	st.Transitions = max(st.Transitions, ptr.Deref(l.Spec.LeaseTransitions, 0))
+	st.Fence = max(st.Fence, v.Fence)
 	st.Holder, st.AcquireTime, st.RenewTime, st.ExpireTime = nil, nil, nil, nil
 	if v.State == holder.StateHeld || v.State == holder.StateRevoked {
 		st.RenewTime = l.Spec.RenewTime
@@ -62,9 +83,8 @@ func mirrorLease(st *fencingv1alpha1.FencedLeaseStatus, s *scope) {
 			st.ExpireTime = ptr.To(metav1.NewMicroTime(l.Spec.RenewTime.Add(d)))
 		}
 	}
-	if v.State == holder.StateHeld {
+	if v.State == holder.StateHeld && v.Fence >= st.Fence {
 		st.AcquireTime = l.Spec.AcquireTime
-		st.Fence = v.Fence
 		st.Holder = &fencingv1alpha1.HolderRef{PodName: ptr.Deref(l.Spec.HolderIdentity, ""), PodUID: v.HolderUID}
 		if c, ok := holder.Find(candidatesOf(s), v.HolderUID); ok {
 			st.Holder.NodeName = c.NodeName

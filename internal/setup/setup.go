@@ -36,15 +36,30 @@ func must(err error) {
 }
 
 // CacheOptions keeps the informer caches small: managed fields are dropped,
-// and only the kinds the operator watches are cached.
+// and of nodes only what says whether they are lost is kept.
 func CacheOptions() cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:           {},
 			&coordinationv1.Lease{}: {},
+			&corev1.Node{}:          {Transform: slimNode},
 		},
 	}
+}
+
+// slimNode keeps of a node its metadata (without managed fields), its taints
+// and its conditions: the images, addresses and volumes of a node are most
+// of its size, and the operator needs none of them.
+func slimNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	n.ManagedFields = nil
+	n.Status = corev1.NodeStatus{Conditions: n.Status.Conditions}
+	n.Spec = corev1.NodeSpec{Taints: n.Spec.Taints, Unschedulable: n.Spec.Unschedulable}
+	return n, nil
 }
 
 // Options are the knobs of the operator's parts.
@@ -53,6 +68,9 @@ type Options struct {
 	Clock clock.PassiveClock
 	// PendingGrace: see fencedlease.DefaultPendingGrace.
 	PendingGrace time.Duration
+	// Workers is how many FencedLeases are reconciled at once; see
+	// fencedlease.DefaultWorkers.
+	Workers int
 	// WrapClient, if set, wraps the client of the controller (tests use it to
 	// inject faults such as a lost response).
 	WrapClient func(client.Client) client.Client
@@ -70,6 +88,7 @@ func Add(mgr ctrl.Manager, opts Options) error {
 		Recorder:     mgr.GetEventRecorder(Name),
 		Clock:        opts.Clock,
 		PendingGrace: opts.PendingGrace,
+		Workers:      opts.Workers,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up FencedLease controller: %w", err)

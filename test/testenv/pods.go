@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -49,6 +50,11 @@ func CreatePod(ctx context.Context, c client.Client, p Pod) (*corev1.Pod, error)
 	}
 	if p.Mutate != nil {
 		p.Mutate(pod)
+	}
+	if pod.Spec.NodeName != "" {
+		if err := EnsureNode(ctx, c, pod.Spec.NodeName); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.Create(ctx, pod); err != nil {
 		return nil, fmt.Errorf("create pod %s/%s: %w", p.Namespace, p.Name, err)
@@ -149,4 +155,50 @@ func setCond(p *corev1.Pod, t corev1.PodConditionType, s corev1.ConditionStatus,
 		}
 	}
 	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: t, Status: s, LastTransitionTime: at})
+}
+
+// EnsureNode creates a Ready node of that name unless it exists, as a
+// kubelet registering would. Nodes are cluster-wide: tests share them.
+func EnsureNode(ctx context.Context, c client.Client, name string) error {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.Create(ctx, node); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return fmt.Errorf("create node %s: %w", name, err)
+	}
+	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(), Reason: "KubeletReady"}}
+	if err := c.Status().Update(ctx, node); err != nil {
+		return fmt.Errorf("set node %s Ready: %w", name, err)
+	}
+	return nil
+}
+
+// SetNodeLost marks a node as the node lifecycle controller does when its
+// kubelet stops reporting: Ready Unknown and the unreachable taint. The pods
+// on it keep the ContainersReady their kubelet last reported.
+func SetNodeLost(ctx context.Context, c client.Client, name string) error {
+	node := &corev1.Node{}
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		return fmt.Errorf("get node %s: %w", name, err)
+	}
+	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute, TimeAdded: ptrNow()})
+	if err := c.Update(ctx, node); err != nil {
+		return fmt.Errorf("taint node %s: %w", name, err)
+	}
+	for i := range node.Status.Conditions {
+		if node.Status.Conditions[i].Type == corev1.NodeReady {
+			node.Status.Conditions[i].Status, node.Status.Conditions[i].Reason = corev1.ConditionUnknown, "NodeStatusUnknown"
+		}
+	}
+	if err := c.Status().Update(ctx, node); err != nil {
+		return fmt.Errorf("set node %s Ready Unknown: %w", name, err)
+	}
+	return nil
+}
+
+func ptrNow() *metav1.Time {
+	t := metav1.Now()
+	return &t
 }
