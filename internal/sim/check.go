@@ -1,0 +1,260 @@
+package sim
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+)
+
+// checker verifies the invariants of DESIGN §6 after every write:
+//
+//   - 1: at most one pod of a FencedLease is published as holder (role holder
+//     with a fence) at any instant;
+//   - 2: a fence published to a pod was committed on the Lease before, and is
+//     greater than every fence published before for that FencedLease name
+//     (across Lease and FencedLease re-creation); a pod that lost a fence
+//     never gets it back (authority is never re-acquired for a grant);
+//   - 7: a FencedLease's status never moves back: fence and transitions never
+//     decrease, and a grant the status recorded as ended never comes back;
+//     and the status names only committed grants;
+//   - Safe takeover: with takeover Safe, no new grant is written while a
+//     grant that reached a pod or the status may still be valid (less than a
+//     lease duration after its last renewal).
+type checker struct {
+	maxPublished map[string]int64
+	publishedTo  map[string]types.UID
+	committed    map[string]map[int64]bool
+	// lost are the fences whose holder was told it is no longer the holder.
+	lost map[string]map[int64]bool
+	// validUntil is, per FencedLease and fence, when a grant stops being
+	// valid: a lease duration after its last renewal.
+	validUntil map[string]map[int64]time.Time
+	// exposed are the grants that reached a pod or the status, the only ones
+	// a holder can have acted on.
+	exposed map[string]map[int64]bool
+	// immediate is set once the FencedLease's takeover was ever Immediate:
+	// from then on an operator may act on that spec (its cache may lag behind
+	// for any time in a simulation), so the Safe wait is no longer checked.
+	immediate  map[string]bool
+	status     map[types.UID]*statusRecord
+	violations []string
+}
+
+type statusRecord struct {
+	fence       int64
+	transitions int32
+	holder      types.UID
+	ended       map[int64]bool
+}
+
+func newChecker() *checker {
+	return &checker{
+		maxPublished: map[string]int64{},
+		publishedTo:  map[string]types.UID{},
+		committed:    map[string]map[int64]bool{},
+		lost:         map[string]map[int64]bool{},
+		validUntil:   map[string]map[int64]time.Time{},
+		exposed:      map[string]map[int64]bool{},
+		immediate:    map[string]bool{},
+		status:       map[types.UID]*statusRecord{},
+	}
+}
+
+func (c *checker) fail(s *Sim, format string, args ...any) {
+	msg := fmt.Sprintf("step %d (t=%s): ", s.step, s.clock.Now().Format("15:04:05.000")) + fmt.Sprintf(format, args...)
+	c.violations = append(c.violations, msg)
+	s.tracef("  VIOLATION: %s", msg)
+}
+
+// afterWrite checks the change a write made to one object.
+func (c *checker) afterWrite(s *Sim, k objKey, writer string) {
+	h := s.store.hist[k]
+	if len(h) == 0 {
+		return
+	}
+	cur := h[len(h)-1].obj
+	var prev = func() any {
+		if len(h) < 2 {
+			return nil
+		}
+		return h[len(h)-2].obj
+	}()
+	switch k.kind {
+	case "Pod":
+		pod, _ := cur.(*corev1.Pod)
+		old, _ := prev.(*corev1.Pod)
+		c.checkPod(s, k, pod, old, writer)
+	case "Lease":
+		l, _ := cur.(*coordinationv1.Lease)
+		old, _ := prev.(*coordinationv1.Lease)
+		c.checkLease(s, k, l, old)
+	case "FencedLease":
+		fl, _ := cur.(*fencingv1alpha1.FencedLease)
+		old, _ := prev.(*fencingv1alpha1.FencedLease)
+		c.checkFencedLease(s, k, fl, old)
+	}
+}
+
+// published returns the FencedLease a pod is published as holder of, and
+// the fence, or "" when it is not a holder.
+func published(p *corev1.Pod) (string, int64) {
+	if p == nil || p.Annotations[fencingv1alpha1.AnnotationRole] != fencingv1alpha1.RoleHolder {
+		return "", 0
+	}
+	raw := p.Annotations[fencingv1alpha1.AnnotationFence]
+	if raw == "" {
+		return "", 0
+	}
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil {
+		return p.Annotations[fencingv1alpha1.AnnotationLease], -1
+	}
+	return p.Annotations[fencingv1alpha1.AnnotationLease], n
+}
+
+func (c *checker) checkPod(s *Sim, k objKey, pod, old *corev1.Pod, writer string) {
+	lease, fence := published(pod)
+	if ol, of := published(old); ol != "" && (ol != lease || of != fence) {
+		if c.lost[ol] == nil {
+			c.lost[ol] = map[int64]bool{}
+		}
+		c.lost[ol][of] = true
+	}
+	if lease == "" {
+		return
+	}
+	if ol, of := published(old); ol == lease && of == fence && old.UID == pod.UID {
+		return // unchanged
+	}
+	s.stats.Publishes++
+	switch {
+	case fence < 0:
+		c.fail(s, "%s published a malformed fence to pod %s", writer, k.name)
+	case !c.committed[lease][fence]:
+		c.fail(s, "%s published fence %d of FencedLease %s to pod %s, but that fence was never committed on the Lease", writer, fence, lease, k.name)
+	case fence < c.maxPublished[lease]:
+		c.fail(s, "%s published fence %d of FencedLease %s to pod %s after fence %d was published", writer, fence, lease, k.name, c.maxPublished[lease])
+	case fence == c.maxPublished[lease] && pod.UID != c.publishedTo[lease]:
+		c.fail(s, "%s published fence %d of FencedLease %s to pod %s, but it was published to pod UID %s before", writer, fence, lease, k.name, c.publishedTo[lease])
+	case c.lost[lease][fence]:
+		c.fail(s, "%s published fence %d of FencedLease %s to pod %s again after the pod lost it", writer, fence, lease, k.name)
+	default:
+		c.maxPublished[lease], c.publishedTo[lease] = fence, pod.UID
+	}
+	c.expose(lease, fence)
+	var holders []string
+	for key := range s.store.hist {
+		if key.kind != "Pod" || key.namespace != k.namespace {
+			continue
+		}
+		if p, _ := s.store.headObj(key).(*corev1.Pod); p != nil {
+			if l, f := published(p); l == lease && f != 0 {
+				holders = append(holders, fmt.Sprintf("%s(fence %d)", p.Name, f))
+			}
+		}
+	}
+	if len(holders) > 1 {
+		sortStrings(holders)
+		c.fail(s, "%d pods published as holder of FencedLease %s at once: %v (after a write by %s)", len(holders), lease, holders, writer)
+	}
+}
+
+func (c *checker) checkLease(s *Sim, k objKey, l, old *coordinationv1.Lease) {
+	if l == nil {
+		return
+	}
+	state := l.Annotations[fencingv1alpha1.LeaseAnnotationState]
+	if state == fencingv1alpha1.LeaseStateHeld {
+		if f, err := strconv.ParseInt(l.Annotations[fencingv1alpha1.AnnotationFence], 10, 64); err == nil {
+			if c.committed[k.name] == nil {
+				c.committed[k.name] = map[int64]bool{}
+			}
+			c.committed[k.name][f] = true
+		}
+	}
+	newGrant := old == nil && state == fencingv1alpha1.LeaseStatePending ||
+		old != nil && ptr.Deref(l.Spec.LeaseTransitions, 0) > ptr.Deref(old.Spec.LeaseTransitions, 0)
+	if newGrant {
+		s.stats.Grants++
+		for fence, until := range c.validUntil[k.name] {
+			if c.exposed[k.name][fence] && !c.immediate[k.name] && s.clock.Now().Before(until) {
+				c.fail(s, "a grant of Lease %s to %s was written at %s, while takeover is Safe and the grant with fence %d was valid until %s",
+					k.name, ptr.Deref(l.Spec.HolderIdentity, ""), s.clock.Now().Format("15:04:05.000"), fence, until.Format("15:04:05.000"))
+			}
+		}
+	}
+	// A write of a held grant that changes its renewTime, or commits it, is
+	// a renewal: the grant stays valid a lease duration from now.
+	if state == fencingv1alpha1.LeaseStateHeld && (old == nil || old.Annotations[fencingv1alpha1.LeaseAnnotationState] != state ||
+		renewTime(old) != renewTime(l)) {
+		fence, _ := strconv.ParseInt(l.Annotations[fencingv1alpha1.AnnotationFence], 10, 64)
+		d := time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0)) * time.Second
+		if c.validUntil[k.name] == nil {
+			c.validUntil[k.name] = map[int64]time.Time{}
+		}
+		c.validUntil[k.name][fence] = s.clock.Now().Add(d)
+	}
+}
+
+func (c *checker) checkFencedLease(s *Sim, k objKey, fl, old *fencingv1alpha1.FencedLease) {
+	if fl == nil || fl.DeletionTimestamp != nil {
+		// Deleting a FencedLease releases everything at once: a new one of
+		// the same name starts without a Safe wait (its fences still grow).
+		delete(c.validUntil, k.name)
+		delete(c.exposed, k.name)
+		if fl == nil {
+			return
+		}
+	}
+	if fl.Spec.Takeover == fencingv1alpha1.TakeoverImmediate {
+		c.immediate[k.name] = true
+	}
+	rec := c.status[fl.UID]
+	if rec == nil {
+		rec = &statusRecord{ended: map[int64]bool{}}
+		c.status[fl.UID] = rec
+	}
+	st := fl.Status
+	var holder types.UID
+	if st.Holder != nil {
+		holder = st.Holder.PodUID
+	}
+	switch {
+	case st.Fence < rec.fence:
+		c.fail(s, "status of FencedLease %s went back from fence %d to %d", k.name, rec.fence, st.Fence)
+	case st.Transitions < rec.transitions:
+		c.fail(s, "status of FencedLease %s went back from %d transitions to %d", k.name, rec.transitions, st.Transitions)
+	case holder != "" && rec.ended[st.Fence]:
+		c.fail(s, "status of FencedLease %s names holder %s with fence %d again, after it recorded the end of that grant", k.name, st.Holder.PodName, st.Fence)
+	case holder != "" && !c.committed[k.name][st.Fence]:
+		c.fail(s, "status of FencedLease %s names holder %s with fence %d, which was never committed", k.name, st.Holder.PodName, st.Fence)
+	}
+	if holder != "" {
+		c.expose(k.name, st.Fence)
+	}
+	if rec.holder != "" && (holder != rec.holder || st.Fence != rec.fence) {
+		rec.ended[rec.fence] = true
+	}
+	rec.fence, rec.transitions, rec.holder = max(rec.fence, st.Fence), max(rec.transitions, st.Transitions), holder
+}
+
+func renewTime(l *coordinationv1.Lease) time.Time {
+	if l.Spec.RenewTime == nil {
+		return time.Time{}
+	}
+	return l.Spec.RenewTime.Time
+}
+
+func (c *checker) expose(lease string, fence int64) {
+	if c.exposed[lease] == nil {
+		c.exposed[lease] = map[int64]bool{}
+	}
+	c.exposed[lease][fence] = true
+}

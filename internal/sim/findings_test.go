@@ -1,0 +1,263 @@
+package sim_test
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/ptr"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/sim"
+)
+
+// These scenarios replay, step by step, the interleavings that once broke the
+// lock. Each must leave every invariant intact; the checker fails them at the
+// first write that breaks one.
+
+var app = map[string]string{"app": "db"}
+
+func script(t *testing.T, replicas int) (*sim.Script, Gomega) {
+	t.Helper()
+	g := NewWithT(t)
+	sc, err := sim.NewScript(replicas, indexes(), reconciler)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() {
+		if t.Failed() || len(sc.Violations()) > 0 {
+			t.Logf("trace:\n%s", sc.Trace())
+		}
+		g.Expect(sc.Violations()).To(BeEmpty())
+	})
+	return sc, g
+}
+
+func immediate(fl *fencingv1alpha1.FencedLease) { fl.Spec.Takeover = fencingv1alpha1.TakeoverImmediate }
+
+func status(g Gomega, sc *sim.Script, name string) fencingv1alpha1.FencedLeaseStatus {
+	fl := &fencingv1alpha1.FencedLease{}
+	g.Expect(sc.Get(name, fl)).To(Succeed())
+	return fl.Status
+}
+
+func lease(g Gomega, sc *sim.Script, name string) *coordinationv1.Lease {
+	l := &coordinationv1.Lease{}
+	g.Expect(sc.Get(name, l)).To(Succeed())
+	return l
+}
+
+// holds settles replica 0 until pod holds FencedLease db, published, and
+// returns its fence.
+func holds(g Gomega, sc *sim.Script, pod string) int64 {
+	sc.Settle(0, "db", 10)
+	st := status(g, sc, "db")
+	g.Expect(st.Holder).NotTo(BeNil())
+	g.Expect(st.Holder.PodName).To(Equal(pod))
+	g.Expect(sc.Holders("db")).To(Equal([]string{pod}))
+	return st.Fence
+}
+
+// recordsHolder reconciles on replica 0 until the status names pod as holder
+// (it is not published yet).
+func recordsHolder(g Gomega, sc *sim.Script, pod string) {
+	for i := 0; i < 5; i++ {
+		if h := status(g, sc, "db").Holder; h != nil && h.PodName == pod {
+			return
+		}
+		sc.Reconcile(0, "db")
+	}
+	g.Expect(status(g, sc, "db").Holder).NotTo(BeNil())
+	g.Expect(status(g, sc, "db").Holder.PodName).To(Equal(pod))
+}
+
+// Finding 1: the status went back to an old grant. The FencedLease cache of
+// replica 1 shows holder b, its Lease cache still holder a; it plans on the
+// stale Lease, its write conflicts, and its status patch must not record a.
+func TestStatusNeverRecordsAnOlderLease(t *testing.T) {
+	sc, g := script(t, 2)
+	g.Expect(sc.FencedLease("db", app, immediate)).To(Succeed())
+	g.Expect(sc.Pod("a", "n0", app, time.Hour)).To(Succeed())
+	g.Expect(sc.Pod("b", "n1", app, time.Minute)).To(Succeed())
+	first := holds(g, sc, "a")
+	sc.Settle(1, "db", 3) // replica 1 has seen a hold the lease
+	sc.Freeze(1, "Lease")
+
+	g.Expect(sc.SetReady("a", false)).To(Succeed())
+	second := holds(g, sc, "b")
+	g.Expect(second).To(BeNumerically(">", first))
+
+	// Replica 1: FencedLease and pods fresh, Lease cache stale.
+	sc.Reconcile(1, "db")
+	st := status(g, sc, "db")
+	g.Expect(st.Holder.PodName).To(Equal("b"))
+	g.Expect(st.Fence).To(Equal(second))
+}
+
+// Finding 1, without any lag: a status patch from an earlier reconcile,
+// which recorded a grant, arrives after a later reconcile recorded a newer
+// one.
+func TestLateStatusPatchDoesNotWin(t *testing.T) {
+	sc, g := script(t, 2)
+	g.Expect(sc.FencedLease("db", app, immediate)).To(Succeed())
+	g.Expect(sc.Pod("a", "n0", app, time.Hour)).To(Succeed())
+	g.Expect(sc.Pod("b", "n1", app, 30*time.Minute)).To(Succeed())
+	g.Expect(sc.Pod("c", "n2", app, time.Minute)).To(Succeed())
+	first := holds(g, sc, "a")
+
+	// Replica 1 grants b and stops just before it records that in the status.
+	g.Expect(sc.SetReady("a", false)).To(Succeed())
+	sc.Start(1, "db")
+	g.Expect(sc.RunUntil(1, "db", "status patch")).To(BeTrue())
+	g.Expect(ptr.Deref(lease(g, sc, "db").Spec.HolderIdentity, "")).To(Equal("b"))
+
+	// Meanwhile b fails too, and replica 0 grants c and records it.
+	g.Expect(sc.SetReady("b", false)).To(Succeed())
+	third := holds(g, sc, "c")
+	sc.Finish(1, "db") // the late patch
+	st := status(g, sc, "db")
+	g.Expect(st.Holder.PodName).To(Equal("c"))
+	g.Expect(st.Fence).To(Equal(third))
+	g.Expect(third).To(BeNumerically(">", first))
+}
+
+// Finding 2a: replica 1 has confirmed b's grant live and pauses before it
+// publishes b; b stops being eligible without its pod changing (another
+// FencedLease starts selecting it); replica 0 grants and publishes c; then
+// replica 1 resumes. Its publication must fail.
+func TestPausedPublisherCannotPublishAnEndedGrant(t *testing.T) {
+	sc, g := script(t, 2)
+	g.Expect(sc.FencedLease("db", app, immediate)).To(Succeed())
+	g.Expect(sc.Pod("a", "n0", app, time.Hour)).To(Succeed())
+	g.Expect(sc.Pod("b", "n1", map[string]string{"app": "db", "team": "x"}, 30*time.Minute)).To(Succeed())
+	g.Expect(sc.Pod("c", "n2", app, time.Minute)).To(Succeed())
+	holds(g, sc, "a")
+
+	// a fails; replica 0 grants b and records it, but does not publish it.
+	g.Expect(sc.SetReady("a", false)).To(Succeed())
+	recordsHolder(g, sc, "b")
+	g.Expect(status(g, sc, "db").Holder.PodName).To(Equal("b"))
+	g.Expect(sc.Holders("db")).To(BeEmpty())
+
+	// Replica 1 goes through the publication of b up to its last write.
+	sc.Start(1, "db")
+	g.Expect(sc.RunUntil(1, "db", "r1 patch Pod ns/b")).To(BeTrue(), "b's grant is confirmed current; its publication waits")
+
+	// Another FencedLease selects b: it is no longer eligible for db.
+	g.Expect(sc.FencedLease("other", map[string]string{"team": "x"}, immediate)).To(Succeed())
+	holds(g, sc, "c")
+
+	sc.Finish(1, "db")
+	g.Expect(sc.Holders("db")).To(Equal([]string{"c"}))
+}
+
+// Finding 2b: replica 1's pod cache has not seen replica 0 publish a (it
+// still reads a as a standby); a's grant is rotated away (maxHoldSeconds,
+// takeover Immediate: nothing changes on the pod); replica 1 grants b, skips
+// demoting a because its cache reads a as a standby, and publishes b. a must
+// have been demoted before b is published.
+func TestPublisherWithStalePodCacheDemotesThePreviousHolder(t *testing.T) {
+	sc, g := script(t, 2)
+	g.Expect(sc.FencedLease("db", app, func(fl *fencingv1alpha1.FencedLease) {
+		immediate(fl)
+		fl.Spec.MaxHoldSeconds = 10
+	})).To(Succeed())
+	g.Expect(sc.Pod("c", "n2", app, 2*time.Hour)).To(Succeed())
+	g.Expect(sc.Pod("a", "n0", app, time.Hour)).To(Succeed())
+	g.Expect(sc.Pod("b", "n1", app, time.Minute)).To(Succeed())
+	first := holds(g, sc, "c")
+
+	// c fails; replica 0 grants a and records it, not yet published: a
+	// still reads as a standby, and so it stays in replica 1's pod cache.
+	g.Expect(sc.SetReady("c", false)).To(Succeed())
+	recordsHolder(g, sc, "a")
+	g.Expect(sc.Holders("db")).To(BeEmpty())
+	sc.Reconcile(1, "db") // replica 1 publishes a...
+	sc.Freeze(1, "Pod")   // ...but its pod cache never sees it
+	second := holds(g, sc, "a")
+	g.Expect(second).To(BeNumerically(">", first))
+
+	sc.Advance(4 * time.Second)
+	sc.Reconcile(0, "db") // renewal
+	sc.Advance(4 * time.Second)
+	sc.Reconcile(0, "db")
+	sc.Advance(4 * time.Second) // maxHold reached
+	sc.Reconcile(1, "db")       // grants b on its stale view of the pods
+	g.Expect(ptr.Deref(lease(g, sc, "db").Spec.HolderIdentity, "")).To(Equal("b"))
+	sc.Reconcile(1, "db")
+	sc.Reconcile(1, "db")
+	sc.Thaw(1)
+	sc.Settle(1, "db", 10)
+	st := status(g, sc, "db")
+	g.Expect(st.Fence).To(BeNumerically(">", second))
+	g.Expect(st.Holder.PodName).To(Equal("b"))
+	g.Expect(sc.Holders("db")).To(Equal([]string{"b"}))
+}
+
+// Finding 3: the Lease is deleted while takeover Safe waits for a revoked
+// grant to expire. The wait must go on, and the transition count must not
+// go back.
+func TestSafeWaitSurvivesLeaseDeletion(t *testing.T) {
+	sc, g := script(t, 1)
+	g.Expect(sc.FencedLease("db", app, nil)).To(Succeed())
+	g.Expect(sc.Pod("a", "n0", app, time.Hour)).To(Succeed())
+	g.Expect(sc.Pod("b", "n1", app, time.Minute)).To(Succeed())
+	first := holds(g, sc, "a")
+	transitions := status(g, sc, "db").Transitions
+
+	g.Expect(sc.SetReady("a", false)).To(Succeed())
+	sc.Settle(0, "db", 5)
+	g.Expect(status(g, sc, "db").Holder).To(BeNil(), "revoked")
+	g.Expect(sc.DeleteLease("db")).To(Succeed())
+	sc.Advance(time.Second)
+	sc.Settle(0, "db", 5)
+	l := lease(g, sc, "db")
+	g.Expect(l.Annotations[fencingv1alpha1.LeaseAnnotationState]).To(Equal("revoked"))
+	g.Expect(l.Annotations[fencingv1alpha1.AnnotationFence]).To(Equal(strconv.FormatInt(first, 10)))
+	g.Expect(ptr.Deref(l.Spec.LeaseTransitions, 0)).To(Equal(transitions))
+	g.Expect(sc.Holders("db")).To(BeEmpty())
+
+	sc.Advance(8 * time.Second) // 9s after the revocation, of a 10s lease
+	sc.Settle(0, "db", 5)
+	g.Expect(sc.Holders("db")).To(BeEmpty())
+	sc.Advance(2 * time.Second)
+	second := holds(g, sc, "b")
+	g.Expect(second).To(BeNumerically(">", first))
+	g.Expect(status(g, sc, "db").Transitions).To(Equal(transitions + 1))
+}
+
+// Finding 4: the holder's node is lost. The node lifecycle controller sets
+// Ready=Unknown and the unreachable taint but leaves the pod's
+// ContainersReady True; the holder must lose its grant at once.
+func TestLostNodeEndsTheGrant(t *testing.T) {
+	sc, g := script(t, 1)
+	g.Expect(sc.FencedLease("db", app, immediate)).To(Succeed())
+	g.Expect(sc.Pod("a", "n0", app, time.Hour)).To(Succeed())
+	g.Expect(sc.Pod("b", "n1", app, time.Minute)).To(Succeed())
+	first := holds(g, sc, "a")
+
+	g.Expect(sc.LoseNode("n0")).To(Succeed())
+	second := holds(g, sc, "b")
+	g.Expect(second).To(BeNumerically(">", first))
+	g.Expect(status(g, sc, "db").Candidates).To(Equal(int32(1)))
+}
+
+// Finding 5: a user who may edit pods writes a huge fence on a pod. It must
+// not block grants (it is no fence the operator published).
+func TestForgedPodFenceDoesNotBlockGrants(t *testing.T) {
+	sc, g := script(t, 1)
+	g.Expect(sc.FencedLease("db", app, immediate)).To(Succeed())
+	g.Expect(sc.Pod("a", "n0", app, time.Hour)).To(Succeed())
+	g.Expect(sc.Pod("b", "n1", app, time.Minute)).To(Succeed())
+	first := holds(g, sc, "a")
+
+	g.Expect(sc.Annotate("b", fencingv1alpha1.AnnotationFence, "9223372036854775807")).To(Succeed())
+	g.Expect(sc.SetReady("a", false)).To(Succeed())
+	second := holds(g, sc, "b")
+	g.Expect(second).To(BeNumerically(">", first))
+	for _, c := range status(g, sc, "db").Conditions {
+		if c.Type == fencingv1alpha1.ConditionDegraded {
+			g.Expect(c.Status).To(BeEquivalentTo("False"), c.Message)
+		}
+	}
+}

@@ -1,0 +1,385 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// Reconciler is the controller under test: one per replica, created afresh
+// when the replica restarts, so that it keeps nothing but what it reads.
+type Reconciler interface {
+	Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error)
+}
+
+// NewReconciler builds a replica's reconciler on the simulated client, live
+// reader and clock.
+type NewReconciler func(c Clients) Reconciler
+
+// Config is one simulated run. The zero value of each probability turns its
+// fault off.
+type Config struct {
+	Seed     int64
+	Steps    int
+	Replicas int
+	// LostReplies is the probability that a write is applied but its reply
+	// is lost; LostRequests that it is lost before it is applied.
+	LostReplies  float64
+	LostRequests float64
+	// Crashes is the probability, per step, that a replica crashes and
+	// restarts with empty memory.
+	Crashes float64
+	// World chooses the workload and what happens to it.
+	World WorldConfig
+	// Trace keeps a readable trace of every step.
+	Trace bool
+}
+
+// Result is the outcome of a run.
+type Result struct {
+	Seed       int64
+	Steps      int
+	Violations []string
+	// Trace is the run step by step (only with Config.Trace).
+	Trace []string
+	// Stats counts what happened.
+	Stats Stats
+}
+
+// Stats counts what a run did, to tell a run that explored from one that idled.
+type Stats struct {
+	Reconciles, Calls, Writes, Conflicts, LostReplies int
+	Grants, Publishes, Crashes, WorldChanges          int
+}
+
+// Sim is one run.
+type Sim struct {
+	cfg      Config
+	rng      *rand.Rand
+	store    *store
+	clock    *clocktesting.FakePassiveClock
+	replicas []*replica
+	world    *world
+	checker  *checker
+	newRec   NewReconciler
+	step     int
+	trace    []string
+	stats    Stats
+}
+
+// replica is one operator process: its reconciler, its caches and the
+// reconciles it is running.
+type replica struct {
+	id          int
+	rec         Reconciler
+	views       map[string]int64 // kind -> store revision its cache serves
+	running     map[types.NamespacedName]*actor
+	pausedUntil int
+}
+
+func (r *replica) view(kind string) int64 { return r.views[kind] }
+
+// actor is one running reconcile: a goroutine that blocks on every API call
+// until the scheduler runs it, so that only one goroutine ever runs at a time
+// and the run is deterministic.
+type actor struct {
+	rep     *replica
+	key     types.NamespacedName
+	calls   chan *call
+	done    chan struct{}
+	next    *call
+	crashed bool
+}
+
+// call is one API call of a reconcile, run when the scheduler picks it.
+type call struct {
+	desc  string
+	write bool
+	exec  func() error
+	reply chan error
+}
+
+type actorKey struct{}
+
+// Clients are what a replica's reconciler is built on.
+type Clients struct {
+	Client    *replicaClient
+	APIReader *liveReader
+	Clock     *clocktesting.FakePassiveClock
+}
+
+// Run simulates one seeded schedule.
+func Run(cfg Config, indexes []Index, newRec NewReconciler) Result {
+	st, err := newStore(indexes)
+	if err != nil {
+		return Result{Seed: cfg.Seed, Violations: []string{"setup: " + err.Error()}}
+	}
+	s := &Sim{
+		cfg:    cfg,
+		rng:    rand.New(rand.NewSource(cfg.Seed)), //nolint:gosec // a reproducible schedule, not a secret
+		store:  st,
+		clock:  clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+		newRec: newRec,
+	}
+	s.checker = newChecker()
+	s.world = newWorld(s, cfg.World)
+	if err := s.world.setUp(); err != nil {
+		return Result{Seed: cfg.Seed, Violations: []string{"setup: " + err.Error()}}
+	}
+	for i := 0; i < max(cfg.Replicas, 1); i++ {
+		r := &replica{id: i, running: map[types.NamespacedName]*actor{}}
+		s.restart(r)
+		s.replicas = append(s.replicas, r)
+	}
+	for s.step = 0; s.step < cfg.Steps && len(s.checker.violations) == 0; s.step++ {
+		s.once()
+	}
+	for _, r := range s.replicas {
+		s.crash(r) // let every goroutine finish
+	}
+	return Result{Seed: cfg.Seed, Steps: s.step, Violations: s.checker.violations, Trace: s.trace, Stats: s.stats}
+}
+
+// restart gives a replica a fresh reconciler and caches that have just
+// listed everything.
+func (s *Sim) restart(r *replica) {
+	r.views = map[string]int64{}
+	for _, k := range kinds {
+		r.views[k] = s.store.rev
+	}
+	r.rec = s.newRec(Clients{Client: &replicaClient{sim: s, rep: r}, APIReader: &liveReader{sim: s, rep: r}, Clock: s.clock})
+}
+
+var kinds = []string{"FencedLease", "Lease", "Pod", "Node"}
+
+// once takes one step: one choice among running an API call, starting a
+// reconcile, letting a cache catch up, changing the world, moving the clock,
+// pausing or crashing a replica.
+func (s *Sim) once() {
+	type choice struct {
+		weight int
+		do     func() bool
+	}
+	choices := []choice{
+		{50, s.resumeSomeone},
+		{25, s.startSomeone},
+		{25, s.catchUp},
+		{s.cfg.World.changeWeight(), func() bool { return s.world.change() }},
+		{5, s.tick},
+		{1, s.pauseSomeone},
+		{1, func() bool {
+			if !s.chance(s.cfg.Crashes * 80) {
+				return false
+			}
+			r := s.replicas[s.rng.Intn(len(s.replicas))]
+			s.tracef("step %d: replica %d crashes and restarts", s.step, r.id)
+			s.crash(r)
+			s.restart(r)
+			s.stats.Crashes++
+			return true
+		}},
+	}
+	total := 0
+	for _, c := range choices {
+		total += c.weight
+	}
+	for tries := 0; tries < 20; tries++ {
+		n := s.rng.Intn(total)
+		for _, c := range choices {
+			if n < c.weight {
+				if c.do() {
+					return
+				}
+				break
+			}
+			n -= c.weight
+		}
+	}
+}
+
+func (s *Sim) active(r *replica) bool { return r.pausedUntil <= s.step }
+
+// resumeSomeone runs the next API call of a running reconcile.
+func (s *Sim) resumeSomeone() bool {
+	var ready []*actor
+	for _, r := range s.replicas {
+		if !s.active(r) {
+			continue
+		}
+		ready = append(ready, sortedActors(r)...)
+	}
+	if len(ready) == 0 {
+		return false
+	}
+	a := ready[s.rng.Intn(len(ready))]
+	c := a.next
+	s.tracef("step %d: %s", s.step, c.desc)
+	s.stats.Calls++
+	if c.write {
+		s.stats.Writes++
+	}
+	err := c.exec()
+	if err != nil {
+		s.tracef("  -> %s", firstLine(err.Error()))
+		if strings.Contains(err.Error(), "object was modified") || strings.Contains(err.Error(), "the object has been modified") {
+			s.stats.Conflicts++
+		}
+	}
+	c.reply <- err
+	s.await(a)
+	return true
+}
+
+// startSomeone starts a reconcile of a FencedLease on a replica that is not
+// already reconciling it (controller-runtime never runs one key twice at once).
+func (s *Sim) startSomeone() bool {
+	r := s.replicas[s.rng.Intn(len(s.replicas))]
+	if !s.active(r) {
+		return false
+	}
+	name := "db"
+	if s.rng.Intn(5) == 0 {
+		name = "other"
+	}
+	key := types.NamespacedName{Namespace: s.world.namespace, Name: name}
+	if r.running[key] != nil {
+		return false
+	}
+	a := &actor{rep: r, key: key, calls: make(chan *call), done: make(chan struct{})}
+	r.running[key] = a
+	s.stats.Reconciles++
+	s.tracef("step %d: replica %d starts reconciling %s", s.step, r.id, key)
+	ctx := withActor(a)
+	rec := r.rec
+	go func() {
+		defer close(a.done)
+		_, _ = rec.Reconcile(ctx, reconcileRequest(key))
+	}()
+	s.await(a)
+	return true
+}
+
+// await waits until the actor blocks on its next call or finishes.
+func (s *Sim) await(a *actor) {
+	select {
+	case c := <-a.calls:
+		a.next = c
+	case <-a.done:
+		a.next = nil
+		delete(a.rep.running, a.key)
+	}
+}
+
+// do is every API call of a reconcile: it hands the call to the scheduler
+// and waits for its result. A crashed replica's calls fail at once.
+func (s *Sim) do(ctx context.Context, desc string, write bool, exec func() error) error {
+	a, _ := ctx.Value(actorKey{}).(*actor)
+	if a == nil {
+		return exec() // the world and the checker read directly
+	}
+	if a.crashed {
+		return context.Canceled
+	}
+	c := &call{desc: desc, write: write, exec: exec, reply: make(chan error)}
+	a.calls <- c
+	return <-c.reply
+}
+
+// crash stops every reconcile of a replica: each pending call and every later
+// one fails, and the goroutines run to their end.
+func (s *Sim) crash(r *replica) {
+	for _, a := range sortedActors(r) {
+		a.crashed = true
+		a.next.reply <- context.Canceled
+		s.await(a)
+		for a.next != nil {
+			a.next.reply <- context.Canceled
+			s.await(a)
+		}
+	}
+}
+
+// catchUp lets one informer cache of one replica receive some of the events
+// it lags behind on (in order, as a watch delivers them).
+func (s *Sim) catchUp() bool {
+	r := s.replicas[s.rng.Intn(len(s.replicas))]
+	moved := false
+	for _, kind := range kinds {
+		behind := s.store.rev - r.views[kind]
+		if behind <= 0 || s.rng.Intn(2) == 0 {
+			continue
+		}
+		moved = true
+		if s.rng.Intn(3) > 0 {
+			r.views[kind] = s.store.rev
+		} else {
+			r.views[kind] += 1 + s.rng.Int63n(behind)
+		}
+	}
+	return moved
+}
+
+// tick moves the clock.
+func (s *Sim) tick() bool {
+	steps := []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond,
+		time.Second, time.Second, 3 * time.Second, 7 * time.Second}
+	d := steps[s.rng.Intn(len(steps))]
+	s.clock.SetTime(s.clock.Now().Add(d))
+	s.tracef("step %d: clock +%s", s.step, d)
+	return true
+}
+
+// pauseSomeone stops scheduling a replica for a while, as a long GC pause or
+// a frozen VM would; its caches do not move either.
+func (s *Sim) pauseSomeone() bool {
+	if len(s.replicas) < 2 {
+		return false
+	}
+	r := s.replicas[s.rng.Intn(len(s.replicas))]
+	for _, other := range s.replicas {
+		if other != r && !s.active(other) {
+			return false // one replica at least keeps going
+		}
+	}
+	r.pausedUntil = s.step + 20 + s.rng.Intn(150)
+	s.tracef("step %d: replica %d pauses until step %d", s.step, r.id, r.pausedUntil)
+	return true
+}
+
+func (s *Sim) chance(p float64) bool { return p > 0 && s.rng.Float64() < p }
+
+func (s *Sim) tracef(format string, args ...any) {
+	if s.cfg.Trace {
+		s.trace = append(s.trace, fmt.Sprintf(format, args...))
+	}
+}
+
+func sortedActors(r *replica) []*actor {
+	out := make([]*actor, 0, len(r.running))
+	for _, a := range r.running {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key.String() < out[j].key.String() })
+	return out
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func reconcileRequest(key types.NamespacedName) reconcile.Request {
+	return reconcile.Request{NamespacedName: key}
+}
+
+func logrContext(ctx context.Context) context.Context { return logr.NewContext(ctx, logr.Discard()) }
