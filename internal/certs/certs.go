@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -88,7 +89,12 @@ type Certs struct {
 	loaded     chan struct{}
 	loadedOnce sync.Once
 	mu         sync.Mutex
-	cache      cache.Cache
+	// reader reads the webhook configurations (from a cache of their own).
+	reader client.Reader
+	log    logr.Logger
+	// notReady is the last reason the readiness check gave, logged when it
+	// changes.
+	notReady string
 }
 
 // New checks the options. Wrap the webhook server with GateServer before the
@@ -97,7 +103,7 @@ func New(opts Options) (*Certs, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Certs{opts: opts, loaded: make(chan struct{})}, nil
+	return &Certs{opts: opts, loaded: make(chan struct{}), log: logr.Discard()}, nil
 }
 
 // GateServer returns the webhook server, started only once a certificate has
@@ -143,11 +149,12 @@ func (c *Certs) Add(mgr ctrl.Manager) error {
 	if err != nil {
 		return fmt.Errorf("create the cache of Secret %s/%s: %w", c.opts.Namespace, c.opts.SecretName, err)
 	}
-	c.cache = ca
+	c.reader = ca
 	if err := mgr.Add(ca); err != nil {
 		return fmt.Errorf("add the certificate cache: %w", err)
 	}
 	log := mgr.GetLogger().WithName("certs").WithValues("Secret", klog.KRef(c.opts.Namespace, c.opts.SecretName))
+	c.log = log
 	inf, err := ca.GetInformer(context.Background(), &corev1.Secret{})
 	if err != nil {
 		return fmt.Errorf("get the informer of Secret %s/%s: %w", c.opts.Namespace, c.opts.SecretName, err)

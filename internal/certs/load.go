@@ -39,8 +39,13 @@ func (c *Certs) load(log logr.Logger, s *corev1.Secret) {
 	c.loadedOnce.Do(func() { close(c.loaded) })
 }
 
-// writePair writes tls.key, then tls.crt, each by a rename, so that a reader
-// never sees a partly written file. It reports whether anything changed.
+// dataLink is the symbolic link to the directory with the current pair, as
+// the kubelet lays out a Secret volume: tls.crt and tls.key link through it,
+// so that both change in one rename and a reader never sees a certificate
+// with the other one's key.
+const dataLink = "..data"
+
+// writePair puts the pair into dir, reporting whether anything changed.
 func writePair(dir string, crt, key []byte) (bool, error) {
 	oldCrt, errCrt := os.ReadFile(filepath.Join(dir, CertName))
 	oldKey, errKey := os.ReadFile(filepath.Join(dir, KeyName))
@@ -50,32 +55,37 @@ func writePair(dir string, crt, key []byte) (bool, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return false, fmt.Errorf("create certificate directory %s: %w", dir, err)
 	}
-	for _, f := range []struct {
-		name string
-		data []byte
-	}{{KeyName, key}, {CertName, crt}} {
-		if err := writeFile(filepath.Join(dir, f.name), f.data); err != nil {
-			return false, err
+	data, err := os.MkdirTemp(dir, "..pair-")
+	if err != nil {
+		return false, fmt.Errorf("write certificate into %s: %w", dir, err)
+	}
+	for name, b := range map[string][]byte{CertName: crt, KeyName: key} {
+		if err := os.WriteFile(filepath.Join(data, name), b, 0o600); err != nil {
+			_ = os.RemoveAll(data)
+			return false, fmt.Errorf("write %s into %s: %w", name, data, err)
 		}
 	}
+	old, _ := os.Readlink(filepath.Join(dir, dataLink))
+	tmpLink := filepath.Join(dir, dataLink+".tmp")
+	_ = os.Remove(tmpLink)
+	if err := os.Symlink(filepath.Base(data), tmpLink); err != nil {
+		return false, fmt.Errorf("link %s: %w", tmpLink, err)
+	}
+	if err := os.Rename(tmpLink, filepath.Join(dir, dataLink)); err != nil {
+		return false, fmt.Errorf("switch %s to the new pair: %w", dataLink, err)
+	}
+	for _, name := range []string{CertName, KeyName} {
+		link := filepath.Join(dir, name)
+		if target, err := os.Readlink(link); err == nil && target == filepath.Join(dataLink, name) {
+			continue
+		}
+		_ = os.Remove(link)
+		if err := os.Symlink(filepath.Join(dataLink, name), link); err != nil {
+			return false, fmt.Errorf("link %s: %w", link, err)
+		}
+	}
+	if old != "" && old != filepath.Base(data) {
+		_ = os.RemoveAll(filepath.Join(dir, old))
+	}
 	return true, nil
-}
-
-func writeFile(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }

@@ -22,26 +22,43 @@ import (
 // the error says what is missing.
 func (c *Certs) ReadyChecker(addr string) healthz.Checker {
 	return func(req *http.Request) error {
-		select {
-		case <-c.loaded:
-		default:
-			return fmt.Errorf("%w from Secret %s/%s", errNotLoaded, c.opts.Namespace, c.opts.SecretName)
+		err := c.check(req.Context(), addr)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		// The probe's answer withholds the reason: log it when it changes.
+		switch {
+		case err != nil && err.Error() != c.notReady:
+			c.log.Info("Not ready", "reason", err.Error())
+			c.notReady = err.Error()
+		case err == nil && c.notReady != "":
+			c.log.Info("Ready: the webhook configurations trust the serving certificate")
+			c.notReady = ""
 		}
-		chain, err := servedChain(req.Context(), addr)
-		if err != nil {
-			return err
-		}
-		bundles, err := c.caBundles(req.Context())
-		if err != nil {
-			return err
-		}
-		for _, b := range bundles {
-			if err := verify(chain, b.pem, c.opts.DNSName()); err != nil {
-				return fmt.Errorf("%s: the serving certificate is not trusted by its CA bundle: %w", b.owner, err)
-			}
-		}
-		return nil
+		return err
 	}
+}
+
+// check is the readiness condition; see ReadyChecker.
+func (c *Certs) check(ctx context.Context, addr string) error {
+	select {
+	case <-c.loaded:
+	default:
+		return fmt.Errorf("%w from Secret %s/%s", errNotLoaded, c.opts.Namespace, c.opts.SecretName)
+	}
+	chain, err := servedChain(ctx, addr)
+	if err != nil {
+		return err
+	}
+	bundles, err := c.caBundles(ctx)
+	if err != nil {
+		return err
+	}
+	for _, b := range bundles {
+		if err := verify(chain, b.pem, c.opts.DNSName()); err != nil {
+			return fmt.Errorf("%s: the serving certificate is not trusted by its CA bundle: %w", b.owner, err)
+		}
+	}
+	return nil
 }
 
 // servedChain is the certificate chain the webhook server presents.
@@ -86,7 +103,7 @@ func (c *Certs) caBundles(ctx context.Context) ([]bundle, error) {
 	}
 	for _, n := range c.opts.ValidatingWebhookConfigurations {
 		var wc admissionregistrationv1.ValidatingWebhookConfiguration
-		if err := c.cache.Get(ctx, types.NamespacedName{Name: n}, &wc); err != nil {
+		if err := c.reader.Get(ctx, types.NamespacedName{Name: n}, &wc); err != nil {
 			return nil, fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", n, err)
 		}
 		for _, h := range wc.Webhooks {
@@ -97,7 +114,7 @@ func (c *Certs) caBundles(ctx context.Context) ([]bundle, error) {
 	}
 	for _, n := range c.opts.MutatingWebhookConfigurations {
 		var wc admissionregistrationv1.MutatingWebhookConfiguration
-		if err := c.cache.Get(ctx, types.NamespacedName{Name: n}, &wc); err != nil {
+		if err := c.reader.Get(ctx, types.NamespacedName{Name: n}, &wc); err != nil {
 			return nil, fmt.Errorf("get MutatingWebhookConfiguration %s: %w", n, err)
 		}
 		for _, h := range wc.Webhooks {
