@@ -92,7 +92,7 @@ func run(f flags) error {
 	}
 
 	webhookOpts := webhook.Options{Host: f.webhookHost, Port: f.webhookPort, CertDir: f.webhookCertDir, TLSOpts: tlsOpts}
-	var webhookServer webhook.Server = webhook.NewServer(webhookOpts)
+	webhookServer := webhook.NewServer(webhookOpts)
 	var serving *certs.Certs
 	if f.enableWebhooks && f.certs.SecretName != "" {
 		// The directory must be known here: the operator writes the

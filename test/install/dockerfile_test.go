@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -289,8 +290,11 @@ func TestImageGoVersion(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	want := regexp.MustCompile(`(?m)^go (\d+)\.(\d+)`).FindStringSubmatch(string(mod))
 	g.Expect(want).NotTo(BeNil())
-	var img, mod2 [2]int
-	fmt.Sscan(m[1]+" "+m[2], &img[0], &img[1])
-	fmt.Sscan(want[1]+" "+want[2], &mod2[0], &mod2[1])
+	num := func(s string) int {
+		n, err := strconv.Atoi(s)
+		g.Expect(err).NotTo(HaveOccurred())
+		return n
+	}
+	img, mod2 := [2]int{num(m[1]), num(m[2])}, [2]int{num(want[1]), num(want[2])}
 	g.Expect(img[0] > mod2[0] || (img[0] == mod2[0] && img[1] >= mod2[1])).To(BeTrue(), "image Go %s.%s is older than go.mod's %s.%s", m[1], m[2], want[1], want[2])
 }

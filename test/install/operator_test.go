@@ -89,7 +89,7 @@ func freePort(t *testing.T) int {
 // would give it. Only what a pod has and a local process does not is
 // changed: the listen addresses, a certificate directory, the extra name
 // "localhost" on the certificate, and the kubeconfig.
-func startOperator(t *testing.T, dep *appsv1.Deployment) *operator {
+func startOperator(t *testing.T, dep *appsv1.Deployment, webhookPort int) *operator {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -123,7 +123,7 @@ func startOperator(t *testing.T, dep *appsv1.Deployment) *operator {
 		log:         &syncBuffer{},
 		exited:      make(chan struct{}),
 		probeAddr:   fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		webhookAddr: fmt.Sprintf("localhost:%d", freePort(t)),
+		webhookAddr: fmt.Sprintf("localhost:%d", webhookPort),
 		cfg:         rest.AnonymousClientConfig(env.Config),
 		user:        "system:serviceaccount:" + dep.Namespace + ":" + tmpl.Spec.ServiceAccountName,
 	}
@@ -269,11 +269,12 @@ func TestOperatorInstalledByTheChart(t *testing.T) {
 	g.Expect(admin.Get(ctx, secretKey, secret)).To(Succeed())
 	g.Expect(secret.Data).To(BeEmpty(), "the operator starts with no certificate")
 
-	op := startOperator(t, dep)
-	pointWebhooksAt(t, c, op.webhookAddr)
+	webhookPort := freePort(t)
+	pointWebhooksAt(t, c, fmt.Sprintf("localhost:%d", webhookPort))
 	for _, b := range caBundles(t, c) {
 		g.Expect(b).To(BeEmpty())
 	}
+	op := startOperator(t, dep, webhookPort)
 
 	t.Run("provisions its certificate, injects the CA and becomes Ready", func(t *testing.T) {
 		g := NewWithT(t)
@@ -293,6 +294,21 @@ func TestOperatorInstalledByTheChart(t *testing.T) {
 			_, err := leaf.Verify(x509.VerifyOptions{DNSName: name, Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 			g.Expect(err).NotTo(HaveOccurred(), name)
 		}
+	})
+
+	t.Run("a CA bundle changed by someone else is put right", func(t *testing.T) {
+		g := NewWithT(t)
+		g.Expect(admin.Get(ctx, secretKey, secret)).To(Succeed())
+		w := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Name: args(c, "mutating-webhook-configuration")[0]}, w)).To(Succeed())
+		w.Webhooks[0].ClientConfig.CABundle = secret.Data["tls.crt"] // a certificate, but not the CA
+		g.Expect(admin.Update(ctx, w)).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			for _, b := range caBundles(t, c) {
+				g.Expect(b).To(Equal(secret.Data["ca.crt"]))
+			}
+			g.Expect(op.ready()).To(Succeed())
+		}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 	})
 
 	wns, err := testenv.Namespace(ctx, admin, "workload")
