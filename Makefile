@@ -70,7 +70,7 @@ helm-lint: $(HELM) ## Lint the Helm chart, with its default values and with ever
 ##@ Test
 
 .PHONY: test
-test: cluster $(HELM) verify vet lint ## Run every test: unit, and integration against a real kube-apiserver, etcd, kube-controller-manager and PostgreSQL.
+test: cluster $(HELM) verify vet lint ## Run every test: unit, and integration against a real kube-apiserver, etcd, kube-controller-manager and PostgreSQL, both install paths (Helm, kustomize) included.
 	go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-unit
