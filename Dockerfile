@@ -1,4 +1,6 @@
-# Builds the operator and the fence CLI as static binaries on a distroless base.
+# Builds the operator and the fence CLI as static binaries on a distroless,
+# non-root base. test/install builds exactly what this file builds (its COPY
+# and RUN lines) on every test run, since no Docker engine runs there.
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
@@ -10,7 +12,7 @@ COPY internal/ internal/
 COPY pkg/ pkg/
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/manager ./cmd/manager && \
-    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/fence ./cmd/fence
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/fence ./cmd/fence
 
 FROM gcr.io/distroless/static:nonroot
 COPY --from=build /out/manager /manager

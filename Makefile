@@ -6,12 +6,20 @@
 K8S_VERSION ?= 1.37.2
 CONTROLLER_GEN_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
+HELM_VERSION ?= v3.22.0
 IMG ?= ghcr.io/fencedlease/fencedlease:dev
 
 K8S_BIN := $(CURDIR)/bin/k8s/$(K8S_VERSION)
 CONTROLLER_GEN := $(CURDIR)/bin/tools/controller-gen-$(CONTROLLER_GEN_VERSION)
 GOLANGCI_LINT := $(CURDIR)/bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
+HELM := $(CURDIR)/bin/tools/helm-$(HELM_VERSION)
 export KUBEBUILDER_ASSETS := $(K8S_BIN)
+# test/install runs this helm.
+export FENCEDLEASE_HELM := $(HELM)
+# The cluster's kubectl for install and deploy: the one on PATH, else the one
+# hack/tools.sh builds.
+KUBECTL ?= $(shell command -v kubectl 2>/dev/null || echo $(K8S_BIN)/kubectl)
+CHART := charts/fencedlease
 
 GO_TEST_FLAGS ?= -count=1
 
@@ -30,9 +38,10 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests under config/ (the webhook configurations are written by hand: markers cannot express their selectors).
+manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests under config/ (the webhook configurations are written by hand: markers cannot express their selectors), and copy them into the Helm chart.
 	$(CONTROLLER_GEN) crd rbac:roleName=manager-role paths="./api/..." paths="./controllers/..." paths="./internal/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	hack/sync-chart.sh
 
 .PHONY: fmt
 fmt: ## Run gofmt.
@@ -47,15 +56,21 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint (.golangci.yml).
 	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 
 .PHONY: verify
-verify: control-plane generate manifests ## Fail when generated code or manifests are out of date, code is not gofmt'ed, or config/default does not render.
+verify: control-plane generate manifests helm-lint ## Fail when generated code, manifests or the chart's copies of them are out of date, code is not gofmt'ed, config/default does not render, or the chart does not lint.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
-	@git diff --exit-code -- api config || { echo "generated files are out of date: run 'make generate manifests' and commit"; exit 1; }
+	@git diff --exit-code -- api config $(CHART) || { echo "generated files are out of date: run 'make generate manifests' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config $(CHART))" || { echo "untracked generated files:"; git status --porcelain -- api config $(CHART); exit 1; }
 	@$(K8S_BIN)/kubectl kustomize config/default >/dev/null || { echo "config/default does not render with kustomize"; exit 1; }
+
+.PHONY: helm-lint
+helm-lint: $(HELM) ## Lint the Helm chart, with its default values and with every option turned on.
+	$(HELM) lint --strict $(CHART)
+	$(HELM) lint --strict $(CHART) --set certManager.enabled=true --set metrics.serviceMonitor.enabled=true --set replicaCount=3
 
 ##@ Test
 
 .PHONY: test
-test: cluster verify vet lint ## Run every test: unit, and integration against a real kube-apiserver, etcd, kube-controller-manager and PostgreSQL.
+test: cluster $(HELM) verify vet lint ## Run every test: unit, and integration against a real kube-apiserver, etcd, kube-controller-manager and PostgreSQL, both install paths (Helm, kustomize) included.
 	go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-unit
@@ -67,6 +82,24 @@ test-unit: ## Run only the tests that need no control plane.
 .PHONY: demo
 demo: control-plane build ## Show the operator at work: real kube-apiserver and etcd, the operator binary, config/samples, a holder that dies.
 	go run ./hack/demo
+
+##@ Deploy
+
+.PHONY: install
+install: ## Install the CRDs into the cluster of the current kubeconfig.
+	$(KUBECTL) apply --server-side -k config/crd
+
+.PHONY: uninstall
+uninstall: ## Remove the CRDs, and with them every FencedLease, from the cluster.
+	$(KUBECTL) delete --ignore-not-found -k config/crd
+
+.PHONY: deploy
+deploy: ## Install the operator with kustomize (config/default, image IMG) into the cluster of the current kubeconfig.
+	$(KUBECTL) kustomize config/default | sed 's|ghcr.io/fencedlease/fencedlease:dev|$(IMG)|' | $(KUBECTL) apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: ## Remove what make deploy installed, CRDs included.
+	$(KUBECTL) delete --ignore-not-found -k config/default
 
 ##@ Build
 
@@ -93,3 +126,9 @@ $(CONTROLLER_GEN):
 
 $(GOLANGCI_LINT):
 	@hack/tools.sh golangci-lint >/dev/null
+
+.PHONY: helm
+helm: $(HELM) ## Build helm into bin/tools/.
+
+$(HELM):
+	@hack/tools.sh helm >/dev/null

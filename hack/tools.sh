@@ -6,6 +6,7 @@
 #   hack/tools.sh cluster         + kube-controller-manager, kube-scheduler
 #   hack/tools.sh controller-gen  -> bin/tools/controller-gen-<version>
 #   hack/tools.sh golangci-lint   -> bin/tools/golangci-lint-<version>
+#   hack/tools.sh helm            -> bin/tools/helm-<version>
 #
 # Idempotent: a binary that is already there is not rebuilt.
 set -euo pipefail
@@ -15,6 +16,7 @@ K8S_VERSION=${K8S_VERSION:-1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-3.6.16}
 CONTROLLER_GEN_VERSION=${CONTROLLER_GEN_VERSION:-v0.23.0}
 GOLANGCI_LINT_VERSION=${GOLANGCI_LINT_VERSION:-v2.15.0}
+HELM_VERSION=${HELM_VERSION:-v3.22.0}
 k8s_dir="$root/bin/k8s/$K8S_VERSION"
 tools_dir="$root/bin/tools"
 
@@ -69,8 +71,12 @@ golangci-lint)
 	go_install golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint "$GOLANGCI_LINT_VERSION"
 	echo "$tools_dir/golangci-lint-$GOLANGCI_LINT_VERSION"
 	;;
+helm)
+	go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
+	echo "$tools_dir/helm-$HELM_VERSION"
+	;;
 *)
-	echo "usage: $0 control-plane|cluster|controller-gen|golangci-lint" >&2
+	echo "usage: $0 control-plane|cluster|controller-gen|golangci-lint|helm" >&2
 	exit 2
 	;;
 esac

@@ -3,7 +3,9 @@ package main
 import (
 	"crypto/tls"
 	"flag"
+	"fmt"
 	"os"
+	"path/filepath"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -12,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/fencedlease/fencedlease/controllers/fencedlease"
+	"github.com/fencedlease/fencedlease/internal/certs"
 	"github.com/fencedlease/fencedlease/internal/setup"
 )
 
@@ -20,25 +23,36 @@ var version = "dev"
 
 type flags struct {
 	metricsAddr, probeAddr     string
+	namespace                  string
 	leaderElect                bool
 	leaderElectionNamespace    string
+	webhookHost                string
 	webhookPort                int
 	webhookCertDir             string
 	enableHTTP2, secureMetrics bool
 	enableWebhooks             bool
 	workers                    int
 	webhook                    setup.WebhookOptions
+	certs                      certs.Options
 }
 
 func parseFlags() (flags, zap.Options) {
 	var f flags
 	flag.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; \"0\" turns it off.")
-	flag.BoolVar(&f.secureMetrics, "metrics-secure", false, "Serve metrics over HTTPS with authentication and authorization by the API server.")
+	flag.BoolVar(&f.secureMetrics, "metrics-secure", false, "Serve metrics over HTTPS, with a self-signed certificate; callers are not authenticated.")
 	flag.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flag.StringVar(&f.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "The operator's namespace: where its certificate Secret and leader election Lease are. Defaults to $POD_NAMESPACE.")
 	flag.BoolVar(&f.leaderElect, "leader-elect", true, "Elect one active controller among the replicas. Correctness does not depend on it: every grant is a compare-and-swap.")
-	flag.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; defaults to the operator's namespace.")
+	flag.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; defaults to --namespace, else to the namespace the operator runs in.")
+	flag.StringVar(&f.webhookHost, "webhook-host", "", "Address the admission webhook server listens on; empty means every address.")
 	flag.IntVar(&f.webhookPort, "webhook-port", 9443, "Port of the admission webhook server.")
-	flag.StringVar(&f.webhookCertDir, "webhook-cert-dir", "", "Directory with tls.crt and tls.key for the webhook server; defaults to controller-runtime's.")
+	flag.StringVar(&f.webhookCertDir, "webhook-cert-dir", "", "Directory with tls.crt and tls.key for the webhook server; defaults to controller-runtime's. With --webhook-cert-secret the operator writes them there.")
+	flag.StringVar(&f.certs.SecretName, "webhook-cert-secret", "", "Secret in --namespace holding the webhook server's certificate (tls.crt, tls.key, ca.crt). When set, every replica loads the certificate from it and is Ready only when the webhook configurations' CA bundles trust it.")
+	flag.BoolVar(&f.certs.Rotate, "webhook-cert-rotation", true, "With --webhook-cert-secret: provision and rotate the certificate in that Secret and inject its CA into the webhook configurations. Turn off when cert-manager issues it.")
+	flag.StringVar(&f.certs.ServiceName, "webhook-service", "", "Service in --namespace through which the API server calls the webhooks; the certificate is issued for <service>.<namespace>.svc.")
+	flag.Func("webhook-cert-extra-dns-name", "Another DNS name for the self-provisioned certificate (repeatable), e.g. localhost when the API server calls the webhooks by URL.", appendTo(&f.certs.ExtraDNSNames))
+	flag.Func("validating-webhook-configuration", "ValidatingWebhookConfiguration that calls this webhook server (repeatable): its CA bundle must trust the certificate, and is kept current with --webhook-cert-rotation.", appendTo(&f.certs.ValidatingWebhookConfigurations))
+	flag.Func("mutating-webhook-configuration", "MutatingWebhookConfiguration that calls this webhook server (repeatable); as --validating-webhook-configuration.", appendTo(&f.certs.MutatingWebhookConfigurations))
 	flag.BoolVar(&f.enableHTTP2, "enable-http2", false, "Serve the webhook and metrics over HTTP/2 as well (off because of HTTP/2 rapid-reset attacks).")
 	flag.BoolVar(&f.enableWebhooks, "enable-webhooks", true, "Serve the admission webhooks (fencing of protected ConfigMaps and Secrets, token injection into pods).")
 	flag.IntVar(&f.workers, "concurrent-reconciles", fencedlease.DefaultWorkers, "How many FencedLeases are reconciled at once. Renewals always go first, whatever the load.")
@@ -48,6 +62,10 @@ func parseFlags() (flags, zap.Options) {
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	if f.leaderElectionNamespace == "" {
+		f.leaderElectionNamespace = f.namespace
+	}
+	f.certs.Namespace = f.namespace
 	return f, opts
 }
 
@@ -62,62 +80,88 @@ func main() {
 	f, zapOpts := parseFlags()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
+	if err := run(f); err != nil {
+		log.Error(err, "The operator stopped with an error")
+		os.Exit(1)
+	}
+}
 
+func run(f flags) error {
+	log := ctrl.Log.WithName("setup")
 	var tlsOpts []func(*tls.Config)
 	tlsOpts = append(tlsOpts, func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 })
 	if !f.enableHTTP2 {
 		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
 	}
 
+	webhookOpts := webhook.Options{Host: f.webhookHost, Port: f.webhookPort, CertDir: f.webhookCertDir, TLSOpts: tlsOpts}
+	webhookServer := webhook.NewServer(webhookOpts)
+	var serving *certs.Certs
+	if f.enableWebhooks && f.certs.SecretName != "" {
+		// The directory must be known here: the operator writes the
+		// certificate into it.
+		if webhookOpts.CertDir == "" {
+			webhookOpts.CertDir = defaultCertDir()
+			webhookServer = webhook.NewServer(webhookOpts)
+		}
+		f.certs.CertDir = webhookOpts.CertDir
+		var err error
+		if serving, err = certs.New(f.certs); err != nil {
+			return fmt.Errorf("check flags: %w", err)
+		}
+		webhookServer = serving.GateServer(webhookServer)
+	}
+
+	metricsOpts := metricsserver.Options{BindAddress: f.metricsAddr, SecureServing: f.secureMetrics, TLSOpts: tlsOpts}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme: setup.Scheme(),
-		Cache:  setup.CacheOptions(),
-		Metrics: metricsserver.Options{
-			BindAddress:   f.metricsAddr,
-			SecureServing: f.secureMetrics,
-			TLSOpts:       tlsOpts,
-		},
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Port:    f.webhookPort,
-			CertDir: f.webhookCertDir,
-			TLSOpts: tlsOpts,
-		}),
+		Scheme:                  setup.Scheme(),
+		Cache:                   setup.CacheOptions(),
+		Metrics:                 metricsOpts,
+		WebhookServer:           webhookServer,
 		HealthProbeBindAddress:  f.probeAddr,
 		LeaderElection:          f.leaderElect,
 		LeaderElectionID:        "fencedlease-operator",
 		LeaderElectionNamespace: f.leaderElectionNamespace,
 	})
 	if err != nil {
-		log.Error(err, "Cannot create the manager")
-		os.Exit(1)
+		return fmt.Errorf("create the manager: %w", err)
 	}
 	if err := setup.Add(mgr, setup.Options{Workers: f.workers}); err != nil {
-		log.Error(err, "Cannot set up the operator")
-		os.Exit(1)
+		return fmt.Errorf("set up the operator: %w", err)
 	}
 	if f.enableWebhooks {
 		if err := setup.AddWebhooks(mgr, f.webhook); err != nil {
-			log.Error(err, "Cannot set up the admission webhooks")
-			os.Exit(1)
+			return fmt.Errorf("set up the admission webhooks: %w", err)
+		}
+	}
+	if serving != nil {
+		if err := serving.Add(mgr); err != nil {
+			return fmt.Errorf("set up the serving certificate: %w", err)
 		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		log.Error(err, "Cannot add the health check")
-		os.Exit(1)
+		return fmt.Errorf("add the health check: %w", err)
 	}
+	// Not ready until admission through this replica works: the API server
+	// calls ready replicas only, and the webhooks fail closed.
 	readyz := healthz.Ping
-	if f.enableWebhooks {
-		// Not ready until the webhook server serves: the API server calls
-		// ready replicas only, and the webhooks fail closed.
+	switch {
+	case serving != nil:
+		readyz = serving.ReadyChecker(certs.ServerAddress(f.webhookHost, f.webhookPort))
+	case f.enableWebhooks:
 		readyz = mgr.GetWebhookServer().StartedChecker()
 	}
 	if err := mgr.AddReadyzCheck("readyz", readyz); err != nil {
-		log.Error(err, "Cannot add the readiness check")
-		os.Exit(1)
+		return fmt.Errorf("add the readiness check: %w", err)
 	}
 	log.Info("Starting the operator", "version", version)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
-		log.Error(err, "The operator stopped with an error")
-		os.Exit(1)
+		return fmt.Errorf("run the manager: %w", err)
 	}
+	return nil
+}
+
+// defaultCertDir is controller-runtime's default certificate directory.
+func defaultCertDir() string {
+	return filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
 }
