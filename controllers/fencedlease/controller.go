@@ -67,7 +67,6 @@ type condition struct{ reason, message string }
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods/status,verbs=get;patch
-// +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile grants, renews, revokes and publishes the lease of one FencedLease.

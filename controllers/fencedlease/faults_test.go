@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -241,14 +242,15 @@ func TestTwoOperatorsWithoutLeaderElectionKeepOneHolder(t *testing.T) {
 
 func TestFenceRegressionRefusesToGrant(t *testing.T) {
 	f := newFixture(t)
-	// A protected object already carries a fence far above anything the
+	// The FencedLease's Lease already records a fence far above anything the
 	// API server will hand out: as after a restore of its storage.
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "state",
-		Labels:      map[string]string{fencingv1alpha1.LabelProtectedBy: "db"},
-		Annotations: map[string]string{fencingv1alpha1.AnnotationFence: "9000000000000000000"}}}
-	f.g.Expect(f.c.Create(f.ctx, cm)).To(Succeed())
+	fl := f.fencedLease("db", nil)
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db",
+		Annotations: map[string]string{fencingv1alpha1.AnnotationFence: "9000000000000000000"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: fencingv1alpha1.GroupVersion.String(), Kind: "FencedLease",
+			Name: fl.Name, UID: fl.UID, Controller: ptr.To(true)}}}}
+	f.g.Expect(f.c.Create(f.ctx, l)).To(Succeed())
 	f.startManager(testenv.ManagerOptions{})
-	f.fencedLease("db", nil)
 	f.readyPod("a", time.Hour)
 
 	f.g.Eventually(func() string {

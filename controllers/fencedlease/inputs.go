@@ -92,26 +92,16 @@ func (r *Reconciler) otherSelectors(ctx context.Context, fl *fencingv1alpha1.Fen
 }
 
 // fenceFloor is the highest fence ever published for the FencedLease that the
-// operator can know of: the status, the Lease, the pods, the protected
-// objects, and its own memory. A new fence must be greater.
-func (r *Reconciler) fenceFloor(ctx context.Context, s *scope) (int64, error) {
+// operator can know of: the status, the Lease, the pods and its own memory. A
+// new fence must be greater. (Protected ConfigMaps and Secrets are not read:
+// the operator has no access to them.)
+func (r *Reconciler) fenceFloor(_ context.Context, s *scope) (int64, error) {
 	floor := holder.MaxFence(s.fl.Status.Fence, fenceAnnotation(s.lease.Annotations), r.observations.maxFence(s.key))
 	for _, list := range [][]corev1.Pod{s.pods.selected, s.pods.stray} {
 		for i := range list {
 			if list[i].Annotations[fencingv1alpha1.AnnotationLease] == s.fl.Name {
 				floor = holder.MaxFence(floor, fenceAnnotation(list[i].Annotations))
 			}
-		}
-	}
-	for _, kind := range []string{"ConfigMapList", "SecretList"} {
-		objs := &metav1.PartialObjectMetadataList{}
-		objs.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind))
-		if err := r.APIReader.List(ctx, objs, client.InNamespace(s.fl.Namespace),
-			client.MatchingLabels{fencingv1alpha1.LabelProtectedBy: s.fl.Name}); err != nil {
-			return 0, fmt.Errorf("list protected objects (%s) of FencedLease %s/%s: %w", kind, s.fl.Namespace, s.fl.Name, err)
-		}
-		for i := range objs.Items {
-			floor = holder.MaxFence(floor, fenceAnnotation(objs.Items[i].Annotations))
 		}
 	}
 	return floor, nil
