@@ -36,6 +36,9 @@ type Reconciler struct {
 	Clock clock.PassiveClock
 	// PendingGrace: see DefaultPendingGrace.
 	PendingGrace time.Duration
+	// Protection, if set, reports a FencedLease whose namespace the fencing
+	// webhook does not cover as Degraded (ProtectionUnavailable).
+	Protection ProtectionChecker
 
 	observations *observations
 }
@@ -150,12 +153,17 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.APIReader = mgr.GetAPIReader()
 	}
 	r.observations = newObservations(r.Clock)
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&fencingv1alpha1.FencedLease{}).
 		Owns(&coordinationv1.Lease{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.fencedLeasesForPod), builder.WithPredicates()).
-		Named("fencedlease").
-		Complete(r)
+		Named("fencedlease")
+	if r.Protection != nil {
+		for _, src := range r.Protection.Sources(mgr.GetClient()) {
+			b = b.WatchesRawSource(src)
+		}
+	}
+	return b.Complete(r)
 }
 
 // soonest combines two results, keeping the earliest requeue.
