@@ -3,7 +3,11 @@ package main
 import (
 	"crypto/tls"
 	"flag"
+	"fmt"
 	"os"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -12,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/fencedlease/fencedlease/internal/setup"
+	"github.com/fencedlease/fencedlease/internal/webhook/endpoint"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -26,6 +31,7 @@ type flags struct {
 	enableHTTP2, secureMetrics bool
 	enableWebhooks             bool
 	webhook                    setup.WebhookOptions
+	tokenSecret                string
 }
 
 func parseFlags() (flags, zap.Options) {
@@ -42,10 +48,36 @@ func parseFlags() (flags, zap.Options) {
 	flag.Func("operator-user", "User name the operator authenticates as (repeatable), e.g. system:serviceaccount:fencedlease-system:fencedlease-controller-manager; it may write protected objects.", appendTo(&f.webhook.OperatorUsers))
 	flag.Func("break-glass-user", "User allowed to write protected objects without a token (repeatable); every such write is logged, recorded as an Event and counted.", appendTo(&f.webhook.BreakGlassUsers))
 	flag.Func("break-glass-group", "Group allowed to write protected objects without a token (repeatable); audited like --break-glass-user.", appendTo(&f.webhook.BreakGlassGroups))
+	flag.StringVar(&f.tokenSecret, "webhook-token-secret", defaultNamespace()+"/"+setup.DefaultTokenSecret,
+		"Secret (namespace/name, in the operator's namespace) that keeps the random token in the webhooks' paths; created if missing. The webhooks are served only under <path>/<token>.")
+	flag.StringVar(&f.webhook.FencingConfiguration, "fencing-webhook-configuration", setup.DefaultFencingConfiguration,
+		"ValidatingWebhookConfiguration of the fencing webhook: its path gets the token, and FencedLeases in namespaces it does not cover report Degraded (ProtectionUnavailable).")
+	flag.StringVar(&f.webhook.PodConfiguration, "pod-webhook-configuration", setup.DefaultPodConfiguration,
+		"MutatingWebhookConfiguration of the pod webhook: its path gets the token.")
+	flag.Int64Var(&f.webhook.MaxRequestBytes, "webhook-max-request-bytes", endpoint.DefaultMaxRequestBytes,
+		"Largest admission request body the webhooks read; larger ones are refused unread.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	return f, opts
+}
+
+// defaultNamespace is the operator's namespace: $POD_NAMESPACE (set from the
+// downward API), or the namespace of the default install.
+func defaultNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return setup.DefaultNamespace
+}
+
+// parseSecret parses namespace/name.
+func parseSecret(v string) (types.NamespacedName, error) {
+	ns, name, ok := strings.Cut(v, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return types.NamespacedName{}, fmt.Errorf("--webhook-token-secret=%q: want namespace/name", v)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
 func appendTo(list *[]string) func(string) error {
@@ -59,6 +91,12 @@ func main() {
 	f, zapOpts := parseFlags()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
+	ctx := ctrl.SetupSignalHandler()
+	var err error
+	if f.webhook.TokenSecret, err = parseSecret(f.tokenSecret); err != nil {
+		log.Error(err, "Bad flag")
+		os.Exit(2)
+	}
 
 	var tlsOpts []func(*tls.Config)
 	tlsOpts = append(tlsOpts, func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 })
@@ -88,12 +126,17 @@ func main() {
 		log.Error(err, "Cannot create the manager")
 		os.Exit(1)
 	}
-	if err := setup.Add(mgr, setup.Options{}); err != nil {
+	protection, err := setup.Protection(mgr, f.webhook)
+	if err != nil {
+		log.Error(err, "Cannot set up the check of the fencing webhook's coverage")
+		os.Exit(1)
+	}
+	if err := setup.Add(mgr, setup.Options{Protection: protection}); err != nil {
 		log.Error(err, "Cannot set up the operator")
 		os.Exit(1)
 	}
 	if f.enableWebhooks {
-		if err := setup.AddWebhooks(mgr, f.webhook); err != nil {
+		if err := setup.AddWebhooks(ctx, mgr, f.webhook); err != nil {
 			log.Error(err, "Cannot set up the admission webhooks")
 			os.Exit(1)
 		}
@@ -113,7 +156,7 @@ func main() {
 		os.Exit(1)
 	}
 	log.Info("Starting the operator", "version", version)
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "The operator stopped with an error")
 		os.Exit(1)
 	}

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/setup"
 	fencingwebhook "github.com/fencedlease/fencedlease/internal/webhook/fencing"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
@@ -85,9 +86,16 @@ func (f *fixture) startLaggingOperator() (*laggingCache, *countingReader) {
 		},
 		Register: func(mgr ctrl.Manager) error {
 			lag.Reader, api.Reader = mgr.GetClient(), mgr.GetAPIReader()
-			return fencingwebhook.Add(mgr, fencingwebhook.Options{
-				OperatorUsers: webhookOptions.OperatorUsers, Cache: lag, APIReader: api,
-			})
+			ep, err := setup.WebhookEndpoint(f.ctx, mgr, webhookOptions)
+			if err != nil {
+				return err
+			}
+			if err := fencingwebhook.Add(mgr, fencingwebhook.Options{
+				OperatorUsers: webhookOptions.OperatorUsers, Cache: lag, APIReader: api, Endpoint: ep,
+			}); err != nil {
+				return err
+			}
+			return ep.Publish(f.ctx, mgr.GetAPIReader(), mgr.GetClient())
 		},
 	})
 	addr := net.JoinHostPort(w.LocalServingHost, strconv.Itoa(w.LocalServingPort))
