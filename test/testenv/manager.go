@@ -47,6 +47,10 @@ type ManagerOptions struct {
 	WebhookOptions setup.WebhookOptions
 	// NoController leaves the FencedLease controller out (webhook-only tests).
 	NoController bool
+	// ReportProtection makes the controller report FencedLeases in
+	// namespaces that the fencing webhook does not cover, as cmd/manager
+	// does; always on when Webhooks is set.
+	ReportProtection bool
 }
 
 // StartManager starts the operator, as cmd/manager wires it but without leader
@@ -79,12 +83,10 @@ func StartManager(ctx context.Context, cfg *rest.Config, o ManagerOptions) (*Man
 		if err := ensureNamespace(ctx, mgr.GetAPIReader(), mgr.GetClient(), tokenNamespace(o.WebhookOptions)); err != nil {
 			return nil, err
 		}
-		// With the webhooks installed, the controller reports FencedLeases
-		// in namespaces they do not cover.
-		if !o.NoController && o.Options.Protection == nil {
-			if o.Options.Protection, err = setup.Protection(mgr, o.WebhookOptions); err != nil {
-				return nil, err
-			}
+	}
+	if (o.Webhooks != nil || o.ReportProtection) && !o.NoController && o.Options.Protection == nil {
+		if o.Options.Protection, err = setup.Protection(mgr, o.WebhookOptions); err != nil {
+			return nil, err
 		}
 	}
 	if !o.NoController {
