@@ -89,7 +89,9 @@ func TestCheck(t *testing.T) {
 				w.Rules[0].Scope = ptr.To(admissionregistrationv1.ClusterScope)
 			})},
 		{name: "subresources are not the resource", namespace: "team-a", labels: team, want: head + where + " does not intercept CREATE of configmaps",
-			cfg: installed(func(w *admissionregistrationv1.ValidatingWebhook) { w.Rules[0].Resources = []string{"configmaps/*", "secrets"} })},
+			cfg: installed(func(w *admissionregistrationv1.ValidatingWebhook) {
+				w.Rules[0].Resources = []string{"configmaps/*", "secrets"}
+			})},
 		{name: "wildcards and split rules", namespace: "team-a", labels: team,
 			cfg: installed(func(w *admissionregistrationv1.ValidatingWebhook) {
 				w.Rules = []admissionregistrationv1.RuleWithOperations{
@@ -103,7 +105,9 @@ func TestCheck(t *testing.T) {
 			})},
 		{name: "fails open", namespace: "team-a", labels: team,
 			want: "writes to protected ConfigMaps and Secrets in namespace team-a are admitted unchecked whenever the webhook cannot be reached: " + where + " has failurePolicy Ignore",
-			cfg: installed(func(w *admissionregistrationv1.ValidatingWebhook) { w.FailurePolicy = ptr.To(admissionregistrationv1.Ignore) })},
+			cfg: installed(func(w *admissionregistrationv1.ValidatingWebhook) {
+				w.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+			})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
