@@ -33,8 +33,9 @@ func (f *fixture) lease(name string) *coordinationv1.Lease {
 // and the floor of its next fence. Nobody but the operator creates one (a
 // forged Lease with a FencedLease owner would be adopted with its fence),
 // changes it, by update, JSON patch or server-side apply, or deletes it, one
-// by one or in a DELETECOLLECTION; break-glass users may delete it. Leases
-// that no FencedLease owns are left alone.
+// by one or in a DELETECOLLECTION; break-glass users may delete it, the
+// garbage collector may orphan it. Leases that no FencedLease owns are left
+// alone.
 func TestOwnedLease(t *testing.T) {
 	f := newFixture(t)
 	owner := f.fencedLease()
@@ -102,4 +103,14 @@ func TestOwnedLease(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(floor).To(BeNumerically(">=", f.fence))
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+
+	// The garbage collector may orphan it (take the owner references off and
+	// change nothing else), not change it otherwise.
+	gc := f.user("system:serviceaccount:kube-system:generic-garbage-collector")
+	spec := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"holderIdentity":"b"}}`))
+	expectDenied(f.g, gc.Patch(f.ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db"}}, spec),
+		`leases.coordination.k8s.io "db"`, leaseDenied(f.ns, "db", "system:serviceaccount:kube-system:generic-garbage-collector", "change it"))
+	orphan := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"ownerReferences":null}}`))
+	f.g.Expect(gc.Patch(f.ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db"}}, orphan)).To(Succeed())
+	f.g.Expect(f.lease("db").OwnerReferences).To(BeEmpty())
 }
