@@ -84,8 +84,8 @@ func StartManager(ctx context.Context, cfg *rest.Config, o ManagerOptions) (*Man
 			return nil, err
 		}
 	}
-	if (o.Webhooks != nil || o.ReportProtection) && !o.NoController && o.Options.Protection == nil {
-		if o.Options.Protection, err = setup.Protection(mgr, o.WebhookOptions); err != nil {
+	if (o.Webhooks != nil || o.ReportProtection) && !o.NoController && o.Protection == nil {
+		if o.Protection, err = setup.Protection(mgr, o.WebhookOptions); err != nil {
 			return nil, err
 		}
 	}

@@ -62,7 +62,7 @@ func InstallPolicies(ctx context.Context, c client.Client, files ...string) erro
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the policy fencedlease-operator-state is not enforced after 30s (last answer: %v)", err)
+			return fmt.Errorf("the policy fencedlease-operator-state is not enforced after 30s (last answer: %w)", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

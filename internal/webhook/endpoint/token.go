@@ -68,7 +68,7 @@ func readToken(ctx context.Context, r client.Reader, key types.NamespacedName) (
 	}
 	token := string(s.Data[TokenKey])
 	if err := validToken(token); err != nil {
-		return "", fmt.Errorf("Secret %s: key %q %w; delete the Secret to have a new token generated", key, TokenKey, err)
+		return "", fmt.Errorf("webhook path token in Secret %s: key %q %w; delete the Secret to have a new token generated", key, TokenKey, err)
 	}
 	return token, nil
 }

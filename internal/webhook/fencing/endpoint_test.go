@@ -22,10 +22,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/setup"
+	"github.com/fencedlease/fencedlease/internal/webhook/endpoint"
 	fencingwebhook "github.com/fencedlease/fencedlease/internal/webhook/fencing"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
@@ -195,4 +197,26 @@ func TestForgedReviews(t *testing.T) {
 	sentinel := fencingv1alpha1.EventBreakGlass + ": " + fmt.Sprintf("Break-glass UPDATE of ConfigMap %s/state by user carol, without a fence", f.ns)
 	f.g.Eventually(func() []string { return f.webhookEvents("db") }).WithTimeout(timeout).Should(ContainElement(sentinel))
 	f.g.Expect(f.webhookEvents("db")).To(Equal([]string{sentinel}))
+}
+
+// TestTokenSecret: the path token is created once and read back by every
+// replica; a Secret that holds something else is refused with the Secret's
+// name and what is wrong, and left as it is.
+func TestTokenSecret(t *testing.T) {
+	f := newFixture(t)
+	key := types.NamespacedName{Namespace: f.ns, Name: "token"}
+	token, err := endpoint.EnsureToken(f.ctx, f.c, f.c, key)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	f.g.Expect(token).To(MatchRegexp(`^[A-Za-z0-9_-]{43}$`))
+	again, err := endpoint.EnsureToken(f.ctx, f.c, f.c, key)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	f.g.Expect(again).To(Equal(token))
+
+	bad := &corev1.Secret{Data: map[string][]byte{endpoint.TokenKey: []byte("guessable")}}
+	bad.Namespace, bad.Name = f.ns, "bad"
+	f.g.Expect(f.c.Create(f.ctx, bad)).To(Succeed())
+	_, err = endpoint.EnsureToken(f.ctx, f.c, f.c, client.ObjectKeyFromObject(bad))
+	f.g.Expect(err).To(MatchError(fmt.Sprintf(`webhook path token in Secret %s/bad: key "token" must hold 32 random bytes in unpadded base64url (43 characters); delete the Secret to have a new token generated`, f.ns)))
+	f.g.Expect(f.c.Get(f.ctx, client.ObjectKeyFromObject(bad), bad)).To(Succeed())
+	f.g.Expect(string(bad.Data[endpoint.TokenKey])).To(Equal("guessable"))
 }
