@@ -41,6 +41,11 @@ const (
 	// ReasonLeaseConflict: a Lease of the same name exists and belongs to
 	// something else; the operator leaves it alone.
 	ReasonLeaseConflict = "LeaseConflict"
+	// ReasonProtectionUnavailable: the fencing webhook does not check writes
+	// to the protected ConfigMaps and Secrets of the FencedLease's namespace
+	// (its configuration is missing, excludes the namespace, or fails open);
+	// grants go on, but nothing stops a stale holder's writes there.
+	ReasonProtectionUnavailable = "ProtectionUnavailable"
 	// ReasonInternalError: the operator could not read its inputs.
 	ReasonInternalError = "InternalError"
 
@@ -58,4 +63,6 @@ const (
 	EventSelectorOverlap    = "SelectorOverlap"
 	EventStaleWriteRejected = "StaleWriteRejected"
 	EventBreakGlass         = "BreakGlassWrite"
+	// EventProtectionUnavailable: see ReasonProtectionUnavailable.
+	EventProtectionUnavailable = "ProtectionUnavailable"
 )

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -16,6 +19,7 @@ import (
 	"github.com/fencedlease/fencedlease/controllers/fencedlease"
 	"github.com/fencedlease/fencedlease/internal/certs"
 	"github.com/fencedlease/fencedlease/internal/setup"
+	"github.com/fencedlease/fencedlease/internal/webhook/endpoint"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -31,8 +35,9 @@ type flags struct {
 	webhookCertDir             string
 	enableHTTP2, secureMetrics bool
 	enableWebhooks             bool
-	workers                    int
 	webhook                    setup.WebhookOptions
+	workers                    int
+	tokenSecret                string
 	certs                      certs.Options
 }
 
@@ -56,6 +61,14 @@ func parseFlags() (flags, zap.Options) {
 	flag.BoolVar(&f.enableHTTP2, "enable-http2", false, "Serve the webhook and metrics over HTTP/2 as well (off because of HTTP/2 rapid-reset attacks).")
 	flag.BoolVar(&f.enableWebhooks, "enable-webhooks", true, "Serve the admission webhooks (fencing of protected ConfigMaps and Secrets, token injection into pods).")
 	flag.IntVar(&f.workers, "concurrent-reconciles", fencedlease.DefaultWorkers, "How many FencedLeases are reconciled at once. Renewals always go first, whatever the load.")
+	flag.StringVar(&f.tokenSecret, "webhook-token-secret", "",
+		"Secret (namespace/name) that keeps the random token in the webhooks' paths; created if missing. The webhooks are served only under <path>/<token>. Defaults to "+setup.DefaultTokenSecret+" in --namespace.")
+	flag.StringVar(&f.webhook.FencingConfiguration, "fencing-webhook-configuration", setup.DefaultFencingConfiguration,
+		"ValidatingWebhookConfiguration of the fencing webhook: its path gets the token, and FencedLeases in namespaces it does not cover report Degraded (ProtectionUnavailable).")
+	flag.StringVar(&f.webhook.PodConfiguration, "pod-webhook-configuration", setup.DefaultPodConfiguration,
+		"MutatingWebhookConfiguration of the pod webhook: its path gets the token.")
+	flag.Int64Var(&f.webhook.MaxRequestBytes, "webhook-max-request-bytes", endpoint.DefaultMaxRequestBytes,
+		"Largest admission request body the webhooks read; larger ones are refused unread.")
 	flag.Func("operator-user", "User name the operator authenticates as (repeatable), e.g. system:serviceaccount:fencedlease-system:fencedlease-controller-manager; it may write protected objects.", appendTo(&f.webhook.OperatorUsers))
 	flag.Func("break-glass-user", "User allowed to write protected objects without a token (repeatable); every such write is logged, recorded as an Event and counted.", appendTo(&f.webhook.BreakGlassUsers))
 	flag.Func("break-glass-group", "Group allowed to write protected objects without a token (repeatable); audited like --break-glass-user.", appendTo(&f.webhook.BreakGlassGroups))
@@ -65,8 +78,23 @@ func parseFlags() (flags, zap.Options) {
 	if f.leaderElectionNamespace == "" {
 		f.leaderElectionNamespace = f.namespace
 	}
+	if f.namespace == "" {
+		f.namespace = setup.DefaultNamespace
+	}
 	f.certs.Namespace = f.namespace
+	if f.tokenSecret == "" {
+		f.tokenSecret = f.namespace + "/" + setup.DefaultTokenSecret
+	}
 	return f, opts
+}
+
+// parseSecret parses namespace/name.
+func parseSecret(v string) (types.NamespacedName, error) {
+	ns, name, ok := strings.Cut(v, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return types.NamespacedName{}, fmt.Errorf("--webhook-token-secret=%q: want namespace/name", v)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
 func appendTo(list *[]string) func(string) error {
@@ -88,6 +116,11 @@ func main() {
 
 func run(f flags) error {
 	log := ctrl.Log.WithName("setup")
+	ctx := ctrl.SetupSignalHandler()
+	var err error
+	if f.webhook.TokenSecret, err = parseSecret(f.tokenSecret); err != nil {
+		return fmt.Errorf("check flags: %w", err)
+	}
 	var tlsOpts []func(*tls.Config)
 	tlsOpts = append(tlsOpts, func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 })
 	if !f.enableHTTP2 {
@@ -105,7 +138,6 @@ func run(f flags) error {
 			webhookServer = webhook.NewServer(webhookOpts)
 		}
 		f.certs.CertDir = webhookOpts.CertDir
-		var err error
 		if serving, err = certs.New(f.certs); err != nil {
 			return fmt.Errorf("check flags: %w", err)
 		}
@@ -126,11 +158,15 @@ func run(f flags) error {
 	if err != nil {
 		return fmt.Errorf("create the manager: %w", err)
 	}
-	if err := setup.Add(mgr, setup.Options{Workers: f.workers}); err != nil {
+	protection, err := setup.Protection(mgr, f.webhook)
+	if err != nil {
+		return fmt.Errorf("set up the check of the fencing webhook's coverage: %w", err)
+	}
+	if err := setup.Add(mgr, setup.Options{Workers: f.workers, Protection: protection}); err != nil {
 		return fmt.Errorf("set up the operator: %w", err)
 	}
 	if f.enableWebhooks {
-		if err := setup.AddWebhooks(mgr, f.webhook); err != nil {
+		if err := setup.AddWebhooks(ctx, mgr, f.webhook); err != nil {
 			return fmt.Errorf("set up the admission webhooks: %w", err)
 		}
 	}
@@ -155,7 +191,7 @@ func run(f flags) error {
 		return fmt.Errorf("add the readiness check: %w", err)
 	}
 	log.Info("Starting the operator", "version", version)
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("run the manager: %w", err)
 	}
 	return nil

@@ -46,6 +46,9 @@ type Reconciler struct {
 	PendingGrace time.Duration
 	// Workers: see DefaultWorkers.
 	Workers int
+	// Protection, if set, reports a FencedLease whose namespace the fencing
+	// webhook does not cover as Degraded (ProtectionUnavailable).
+	Protection ProtectionChecker
 
 	once         sync.Once
 	observations *observations
@@ -189,14 +192,19 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return err
 		}
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&fencingv1alpha1.FencedLease{}).
 		Owns(&coordinationv1.Lease{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.fencedLeasesForPod)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.fencedLeasesForNode), builder.WithPredicates(nodeHealthChanged())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
-		Named("fencedlease").
-		Complete(r)
+		Named("fencedlease")
+	if r.Protection != nil {
+		for _, src := range r.Protection.Sources(mgr.GetClient()) {
+			b = b.WatchesRawSource(src)
+		}
+	}
+	return b.Complete(r)
 }
 
 // defaults fills in what was left unset, once, before the first reconcile.

@@ -106,13 +106,20 @@ func (r *Reconciler) setDegraded(ctx context.Context, s *scope) {
 		d = &condition{reason: fencingv1alpha1.ReasonSelectorOverlap, message: fmt.Sprintf(
 			"some candidate pods are also selected by FencedLease %s; such pods are never granted", strings.Join(s.pods.overlaps, ", "))}
 	}
+	if d == nil {
+		d = r.unprotected(ctx, s)
+	}
 	cond := metav1.Condition{Type: fencingv1alpha1.ConditionDegraded, Status: metav1.ConditionFalse,
 		Reason: fencingv1alpha1.ReasonAsExpected, Message: "", ObservedGeneration: s.fl.Generation}
 	if d != nil {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, d.reason, d.message
 		prev := meta.FindStatusCondition(s.fl.Status.Conditions, fencingv1alpha1.ConditionDegraded)
-		if d.reason == fencingv1alpha1.ReasonSelectorOverlap && (prev == nil || prev.Reason != d.reason) {
-			r.event(ctx, s.fl, eventWarning, fencingv1alpha1.EventSelectorOverlap, "%s", d.message)
+		event := map[string]string{
+			fencingv1alpha1.ReasonSelectorOverlap:       fencingv1alpha1.EventSelectorOverlap,
+			fencingv1alpha1.ReasonProtectionUnavailable: fencingv1alpha1.EventProtectionUnavailable,
+		}[d.reason]
+		if event != "" && (prev == nil || prev.Reason != d.reason) {
+			r.event(ctx, s.fl, eventWarning, event, "%s", d.message)
 		}
 	}
 	meta.SetStatusCondition(&s.fl.Status.Conditions, cond)

@@ -72,7 +72,7 @@ func run() error {
 	mgr := exec.CommandContext(ctx, filepath.Join(root, "bin", "manager"), "--kubeconfig", operatorConfig,
 		"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0",
 		"--webhook-port", strconv.Itoa(wh.LocalServingPort), "--webhook-cert-dir", wh.LocalServingCertDir,
-		"--operator-user", operatorUser)
+		"--operator-user", operatorUser, "--webhook-token-secret", "default/fencedlease-webhook-token")
 	mgr.Stdout, mgr.Stderr = logFile, logFile
 	if err := mgr.Start(); err != nil {
 		return fmt.Errorf("start bin/manager (run 'make build' first): %w", err)

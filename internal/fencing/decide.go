@@ -23,37 +23,41 @@ func ProtectedBy(r Request) (name string, ok bool) {
 	return "", false
 }
 
-// Decide applies the rules of the fencing webhook to a request. lease is the
-// state of the FencedLease named by ProtectedBy; fresh says whether it was
-// read from the API server (true) or from a cache that may lag (false). With
-// fresh false, a decision that a newer grant could change comes back with
-// Reread set instead of a denial.
-func Decide(r Request, lease Lease, fresh bool, p Principals) Decision {
+// Precheck applies the rules that need no FencedLease: the principals, the
+// protected-by label, the form of the fence, and callers that are not pods,
+// whose writes and deletes are denied whatever fence they present. It
+// reports final when that settles the request; otherwise the webhook reads
+// the FencedLease and calls Decide. So a caller that is not a pod never
+// costs a read, from the cache or from the API server.
+func Precheck(r Request, p Principals) (d Decision, final bool) {
 	name, ok := ProtectedBy(r)
-	d := Decision{Lease: name}
+	d = Decision{Lease: name}
 	if !ok {
-		return allow(d, ReasonUnprotected)
+		return allow(d, ReasonUnprotected), true
 	}
 	switch {
 	case p.isOperator(r.Caller):
-		return allow(d, ReasonOperator)
+		return allow(d, ReasonOperator), true
 	case p.isBreakGlass(r.Caller):
-		d.Audit = true
-		return allow(d, ReasonBreakGlass)
+		d.Audit = !r.DryRun
+		return allow(d, ReasonBreakGlass), true
 	case r.Caller.IsSystemCleanup() && (r.Operation == Delete || (r.Operation == Update && r.OwnershipOnly)):
-		return allow(d, ReasonSystemCleanup)
+		return allow(d, ReasonSystemCleanup), true
 	}
 	m := messages{r: r, lease: name}
 	if name == "" {
-		return deny(d, ReasonInvalidLabel, m.invalidLabel())
+		return deny(d, ReasonInvalidLabel, m.invalidLabel()), true
 	}
 	if r.Operation == Delete {
-		return decideDelete(r, lease, fresh, d, m)
+		if !r.Caller.IsPod() {
+			return deny(d, ReasonDeleteNotPod, m.deleteNotPod()), true
+		}
+		return d, false
 	}
 	if r.Old != nil && r.New != nil {
 		if _, had := r.Old.Labels[fencingv1alpha1.LabelProtectedBy]; had {
 			if v, has := r.New.Labels[fencingv1alpha1.LabelProtectedBy]; !has || v != name {
-				return deny(d, ReasonLabelChanged, m.labelChanged(v, has))
+				return deny(d, ReasonLabelChanged, m.labelChanged(v, has)), true
 			}
 		}
 	}
@@ -63,20 +67,48 @@ func Decide(r Request, lease Lease, fresh bool, p Principals) Decision {
 	}
 	raw, has := newObj.Annotations[fencingv1alpha1.AnnotationFence]
 	if !has {
-		return deny(d, ReasonMissingFence, m.missingFence())
+		return deny(d, ReasonMissingFence, m.missingFence()), true
 	}
 	n, err := fence.ParseFence(raw)
 	if err != nil {
-		return deny(d, ReasonMalformedFence, m.malformedFence(err))
+		return deny(d, ReasonMalformedFence, m.malformedFence(err)), true
 	}
-	d.Fence, m.fence, m.current = n, n, lease.Fence
+	d.Fence, m.fence = n, n
+	if !r.Caller.IsPod() {
+		return deny(d, ReasonWriteNotPod, m.writeNotPod()), true
+	}
+	return d, false
+}
+
+// Decide applies the rules of the fencing webhook to a request. lease is the
+// state of the FencedLease named by ProtectedBy; fresh says whether it was
+// read from the API server (true) or from a cache that may lag (false). With
+// fresh false, a decision that a newer grant could change comes back with
+// Reread set instead of a denial. A request that Precheck settles gets its
+// answer, whatever lease says.
+func Decide(r Request, lease Lease, fresh bool, p Principals) Decision {
+	d, final := Precheck(r, p)
+	if !final {
+		d = decideHolder(r, lease, fresh, d)
+	}
+	d.StaleWrite = !d.Allowed && !d.Reread && !r.DryRun && r.Caller.IsPod() && isStale(d.Reason)
+	return d
+}
+
+// decideHolder decides a write or a delete by a pod from the FencedLease.
+func decideHolder(r Request, lease Lease, fresh bool, d Decision) Decision {
+	m := messages{r: r, lease: d.Lease, fence: d.Fence, current: lease.Fence}
+	if r.Operation == Delete {
+		return decideDelete(r, lease, fresh, d, m)
+	}
+	n := d.Fence
 	// Both orders below are final without a fresh read: fences only
 	// increase and a cache is never ahead of the API server. A stale holder
 	// is named as such first, as that says more than the object's order.
 	if lease.Found && n < lease.Fence {
 		return deny(d, ReasonStaleFence, m.stale())
 	}
-	if stored := storedFence(r.Old); n < stored {
+	if stored := storedFence(r.Old, d.Lease); n < stored {
 		return deny(d, ReasonObjectFenceRegression, m.objectRegression(stored))
 	}
 	switch {
@@ -86,8 +118,6 @@ func Decide(r Request, lease Lease, fresh bool, p Principals) Decision {
 		return rereadOr(fresh, d, ReasonUnknownFence, m.unknown())
 	case lease.Holder == nil:
 		return rereadOr(fresh, d, ReasonNoHolder, m.noHolder())
-	case !r.Caller.IsPod():
-		return deny(d, ReasonWriteNotPod, m.writeNotPod())
 	case r.Caller.PodUID != lease.Holder.PodUID:
 		return rereadOr(fresh, d, ReasonNotHolder, m.notHolder(lease.Holder))
 	}
@@ -97,10 +127,7 @@ func Decide(r Request, lease Lease, fresh bool, p Principals) Decision {
 // decideDelete: a DELETE cannot carry a fence, so only the holder pod may
 // delete a protected object.
 func decideDelete(r Request, lease Lease, fresh bool, d Decision, m messages) Decision {
-	m.current = lease.Fence
 	switch {
-	case !r.Caller.IsPod():
-		return deny(d, ReasonDeleteNotPod, m.deleteNotPod())
 	case !lease.Found:
 		return rereadOr(fresh, d, ReasonLeaseNotFound, m.leaseNotFound())
 	case lease.Holder == nil:
@@ -111,11 +138,25 @@ func decideDelete(r Request, lease Lease, fresh bool, d Decision, m messages) De
 	return allow(d, ReasonHolder)
 }
 
-// storedFence is the fence of the last accepted writer of the stored object.
-// An annotation that does not parse (written by the operator or a break-glass
-// user) stores no order, like an absent one.
-func storedFence(old *Object) int64 {
-	if old == nil {
+// isStale says whether a denial names a stale or impostor holder: a pod that
+// acts on a grant it no longer has, or never had.
+func isStale(r Reason) bool {
+	switch r {
+	case ReasonStaleFence, ReasonObjectFenceRegression, ReasonUnknownFence, ReasonNotHolder:
+		return true
+	}
+	return false
+}
+
+// storedFence is the fence of the last accepted writer of the stored object,
+// if that object was protected by the same FencedLease. A fence on an object
+// that was not (an unlabelled object that anyone with write access could
+// annotate, or one protected by another FencedLease) orders nothing: else a
+// huge fence annotated beforehand would keep the holder from ever protecting
+// the object. An annotation that does not parse (written by the operator or
+// a break-glass user) stores no order, like an absent one.
+func storedFence(old *Object, lease string) int64 {
+	if old == nil || old.Labels[fencingv1alpha1.LabelProtectedBy] != lease {
 		return 0
 	}
 	n, err := fence.ParseFence(old.Annotations[fencingv1alpha1.AnnotationFence])

@@ -61,6 +61,8 @@ func TestDecide(t *testing.T) {
 		reason  Reason
 		message string
 		audit   bool
+		// staleWrite: a StaleWriteRejected Event is recorded.
+		staleWrite bool
 	}{
 		// Rule 1: principals.
 		{name: "unlabelled object", req: update(admin, unlabelled, unlabelled), allowed: true, reason: ReasonUnprotected},
@@ -108,20 +110,31 @@ func TestDecide(t *testing.T) {
 			message: `ConfigMap team-a/state: write with fence 42 rejected: user "admin" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`,
 		},
 		{
-			name: "caller that is not a pod with a stale fence is told it is stale", req: update(admin, obj("db", "41"), obj("db", "41")), lease: heldA, reason: ReasonStaleFence,
-			message: `ConfigMap team-a/state: write with fence 41 rejected: stale holder: FencedLease "db" is at fence 42`,
+			// Decided before any read: the FencedLease is not even looked at
+			// (here the cached one says 42), so a low fence from a person or
+			// a job never counts as a stale holder.
+			name: "caller that is not a pod with a stale fence", req: update(admin, obj("db", "41"), obj("db", "41")), lease: heldA, reason: ReasonWriteNotPod,
+			message: `ConfigMap team-a/state: write with fence 41 rejected: user "admin" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`,
+		},
+		{
+			name: "caller that is not a pod with a fence higher than the cache", req: update(admin, obj("db", "42"), obj("db", "50")), lease: heldA, reason: ReasonWriteNotPod,
+			message: `ConfigMap team-a/state: write with fence 50 rejected: user "admin" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`,
+		},
+		{
+			name: "caller that is not a pod, FencedLease not in the cache", req: create(admin, obj("db", "42")), lease: Lease{}, reason: ReasonWriteNotPod,
+			message: `Secret team-a/creds: write with fence 42 rejected: user "admin" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`,
 		},
 		{name: "stored fence not a token", req: update(podA, obj("db", "garbage"), obj("db", "42")), lease: heldA, allowed: true, reason: ReasonHolder},
 		{
-			name: "stale holder", req: update(podA, obj("db", "40"), obj("db", "41")), lease: heldA, reason: ReasonStaleFence,
+			name: "stale holder", staleWrite: true, req: update(podA, obj("db", "40"), obj("db", "41")), lease: heldA, reason: ReasonStaleFence,
 			message: `ConfigMap team-a/state: write with fence 41 rejected: stale holder: FencedLease "db" is at fence 42`,
 		},
 		{
-			name: "stale holder, no re-read even with cached state", req: create(podB, obj("db", "41")), lease: heldA, reason: ReasonStaleFence,
+			name: "stale holder, no re-read even with cached state", staleWrite: true, req: create(podB, obj("db", "41")), lease: heldA, reason: ReasonStaleFence,
 			message: `Secret team-a/creds: write with fence 41 rejected: stale holder: FencedLease "db" is at fence 42`,
 		},
 		{
-			name: "lower than the object's fence", req: update(podA, obj("db", "43"), obj("db", "42")), lease: heldA, reason: ReasonObjectFenceRegression,
+			name: "lower than the object's fence", staleWrite: true, req: update(podA, obj("db", "43"), obj("db", "42")), lease: heldA, reason: ReasonObjectFenceRegression,
 			message: `ConfigMap team-a/state: write with fence 42 rejected: the object was last written with fence 43`,
 		},
 		{
@@ -129,16 +142,16 @@ func TestDecide(t *testing.T) {
 			message: `ConfigMap team-a/state: write rejected: no fencedlease.io/fence annotation: only the holder of FencedLease "db" may write this object, with its fence`,
 		},
 		{
-			name: "stale holder on an object a newer holder wrote", req: update(podA, obj("db", "42"), obj("db", "41")), lease: heldA, reason: ReasonStaleFence,
+			name: "stale holder on an object a newer holder wrote", staleWrite: true, req: update(podA, obj("db", "42"), obj("db", "41")), lease: heldA, reason: ReasonStaleFence,
 			message: `ConfigMap team-a/state: write with fence 41 rejected: stale holder: FencedLease "db" is at fence 42`,
 		},
 		{
-			name: "lower than the object's fence, FencedLease not in the cache", req: update(podA, obj("db", "43"), obj("db", "42")), lease: Lease{}, reason: ReasonObjectFenceRegression,
+			name: "lower than the object's fence, FencedLease not in the cache", staleWrite: true, req: update(podA, obj("db", "43"), obj("db", "42")), lease: Lease{}, reason: ReasonObjectFenceRegression,
 			message: `ConfigMap team-a/state: write with fence 42 rejected: the object was last written with fence 43`,
 		},
 		{name: "higher than cached: re-read", req: update(podB, obj("db", "42"), obj("db", "50")), lease: heldA, reread: true, reason: ReasonUnknownFence},
 		{
-			name: "higher than fresh: unknown", req: update(podB, obj("db", "42"), obj("db", "50")), lease: heldA, fresh: true, reason: ReasonUnknownFence,
+			name: "higher than fresh: unknown", staleWrite: true, req: update(podB, obj("db", "42"), obj("db", "50")), lease: heldA, fresh: true, reason: ReasonUnknownFence,
 			message: `ConfigMap team-a/state: write with fence 50 rejected: unknown fence: FencedLease "db" is at fence 42`,
 		},
 		{name: "not in the cache: re-read", req: create(podA, obj("db", "42")), lease: Lease{}, reread: true, reason: ReasonLeaseNotFound},
@@ -152,12 +165,12 @@ func TestDecide(t *testing.T) {
 			message: `Secret team-a/creds: write with fence 42 rejected: FencedLease "db" has no holder (fence 42)`,
 		},
 		{
-			name: "no holder, caller not a pod", req: create(admin, obj("db", "42")), lease: noneAt, fresh: true, reason: ReasonNoHolder,
-			message: `Secret team-a/creds: write with fence 42 rejected: FencedLease "db" has no holder (fence 42)`,
+			name: "no holder, caller not a pod", req: create(admin, obj("db", "42")), lease: noneAt, fresh: true, reason: ReasonWriteNotPod,
+			message: `Secret team-a/creds: write with fence 42 rejected: user "admin" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`,
 		},
 		{name: "other pod than the cached holder: re-read", req: update(podB, obj("db", "41"), obj("db", "42")), lease: heldA, reread: true, reason: ReasonNotHolder},
 		{
-			name: "standby with the holder's fence", req: update(podB, obj("db", "41"), obj("db", "42")), lease: heldA, fresh: true, reason: ReasonNotHolder,
+			name: "standby with the holder's fence", staleWrite: true, req: update(podB, obj("db", "41"), obj("db", "42")), lease: heldA, fresh: true, reason: ReasonNotHolder,
 			message: `ConfigMap team-a/state: write with fence 42 rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence 42)`,
 		},
 
@@ -165,7 +178,7 @@ func TestDecide(t *testing.T) {
 		{name: "holder deletes", req: del(podA, obj("db", "42")), lease: heldA, allowed: true, reason: ReasonHolder},
 		{name: "standby deletes, cached: re-read", req: del(podB, obj("db", "42")), lease: heldA, reread: true, reason: ReasonNotHolder},
 		{
-			name: "standby deletes", req: del(podB, obj("db", "42")), lease: heldA, fresh: true, reason: ReasonNotHolder,
+			name: "standby deletes", staleWrite: true, req: del(podB, obj("db", "42")), lease: heldA, fresh: true, reason: ReasonNotHolder,
 			message: `ConfigMap team-a/state: delete rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence 42)`,
 		},
 		{
@@ -190,6 +203,13 @@ func TestDecide(t *testing.T) {
 		},
 		{name: "holder protects an unprotected object", req: update(podA, unlabelled, obj("db", "42")), lease: heldA, allowed: true, reason: ReasonHolder},
 		{
+			// Anyone may annotate an object that is not protected: its fence
+			// orders nothing, or a huge one would keep the holder from ever
+			// protecting it.
+			name: "holder protects an object annotated with a huge fence before", lease: heldA, allowed: true, reason: ReasonHolder,
+			req: update(podA, &Object{Annotations: map[string]string{ann: "9223372036854775807"}}, obj("db", "42")),
+		},
+		{
 			name: "empty label", req: create(podA, obj("", "42")), lease: heldA, reason: ReasonInvalidLabel,
 			message: `Secret team-a/creds: write rejected: label fencedlease.io/protected-by must name a FencedLease in the same namespace`,
 		},
@@ -202,6 +222,15 @@ func TestDecide(t *testing.T) {
 			g.Expect(d.Reason).To(Equal(tc.reason))
 			g.Expect(d.Message).To(Equal(tc.message))
 			g.Expect(d.Audit).To(Equal(tc.audit))
+			g.Expect(d.StaleWrite).To(Equal(tc.staleWrite))
+
+			// A dry run gets the same answer and leaves no trace.
+			dry := tc.req
+			dry.DryRun = true
+			dd := Decide(dry, tc.lease, tc.fresh, principals)
+			g.Expect([]any{dd.Allowed, dd.Reread, dd.Reason, dd.Message}).To(Equal([]any{d.Allowed, d.Reread, d.Reason, d.Message}))
+			g.Expect(dd.Audit).To(BeFalse())
+			g.Expect(dd.StaleWrite).To(BeFalse())
 		})
 	}
 }
@@ -243,4 +272,46 @@ func TestProtectedBy(t *testing.T) {
 	g.Expect(ok).To(BeTrue())
 	_, ok = ProtectedBy(del(podA, &Object{}))
 	g.Expect(ok).To(BeFalse())
+}
+
+// TestPrecheck: everything but a pod's write with a well-formed fence, and a
+// pod's delete, is settled without the FencedLease, and Decide gives the
+// same answer whatever FencedLease it is handed.
+func TestPrecheck(t *testing.T) {
+	leases := []Lease{{}, heldA, noneAt, {Found: true, Fence: 1 << 40, Holder: &Holder{PodName: "b", PodUID: "uid-b"}}}
+	for _, tc := range []struct {
+		name   string
+		req    Request
+		final  bool
+		reason Reason
+	}{
+		{"unprotected", update(admin, &Object{}, &Object{}), true, ReasonUnprotected},
+		{"operator", update(Caller{Username: operator}, obj("db", "-"), obj("db", "-")), true, ReasonOperator},
+		{"break-glass", del(Caller{Username: "alice"}, obj("db", "1")), true, ReasonBreakGlass},
+		{"not a pod, any fence", update(admin, obj("db", "1"), obj("db", "99")), true, ReasonWriteNotPod},
+		{"not a pod deletes", del(admin, obj("db", "1")), true, ReasonDeleteNotPod},
+		{"pod without fence", update(podB, obj("db", "1"), obj("db", "-")), true, ReasonMissingFence},
+		{"pod with malformed fence", update(podB, obj("db", "1"), obj("db", "x")), true, ReasonMalformedFence},
+		{"pod changes the label", update(podA, obj("db", "1"), obj("other", "42")), true, ReasonLabelChanged},
+		{"pod writes with a fence", update(podA, obj("db", "1"), obj("db", "42")), false, ""},
+		{"pod deletes", del(podA, obj("db", "1")), false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			d, final := Precheck(tc.req, principals)
+			g.Expect(final).To(Equal(tc.final))
+			if !final {
+				return
+			}
+			g.Expect(d.Reason).To(Equal(tc.reason))
+			for _, l := range leases {
+				for _, fresh := range []bool{false, true} {
+					got := Decide(tc.req, l, fresh, principals)
+					g.Expect(got.Reread).To(BeFalse())
+					g.Expect([]any{got.Allowed, got.Reason, got.Message}).To(Equal([]any{d.Allowed, d.Reason, d.Message}))
+					g.Expect(got.StaleWrite).To(BeFalse(), "only pods are stale holders")
+				}
+			}
+		})
+	}
 }

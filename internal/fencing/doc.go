@@ -5,8 +5,11 @@
 // the write is allowed, with a reason code for metrics and a message that
 // names the object, the presented and the current fence.
 //
-// Nothing here talks to the API server. The webhook reads the FencedLease
-// from its informer cache and calls Decide; when the cache may lag behind a
+// Nothing here talks to the API server. Precheck settles everything that
+// needs no FencedLease (the principals, the label, the form of the fence,
+// and callers that are not pods, which are denied whatever fence they
+// present), so such requests cost no read. For the rest the webhook reads
+// the FencedLease from its informer cache and calls Decide; when the cache may lag behind a
 // newer grant (a fence higher than the cached one, a caller pod that is not
 // the cached holder, a FencedLease missing from the cache), Decide asks for a
 // fresh read instead of denying, and the webhook decides once more with the

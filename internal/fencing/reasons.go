@@ -50,11 +50,12 @@ const (
 	ReasonNoHolder Reason = "no_holder"
 	// ReasonNotHolder: the caller is a pod other than the current holder.
 	ReasonNotHolder Reason = "not_holder"
-	// ReasonWriteNotPod: a write with the current fence by a caller that is
-	// neither a pod nor a privileged principal. A fence is no secret (it is
-	// on the object for anyone to read, and a patch carries the stored one
-	// over), so only a pod's bound identity shows that a write comes from the
-	// holder.
+	// ReasonWriteNotPod: a write with a well-formed fence by a caller that
+	// is neither a pod nor a privileged principal, whatever the fence. A
+	// fence is no secret (it is on the object for anyone to read, and a patch
+	// carries the stored one over), so only a pod's bound identity shows that
+	// a write comes from the holder; such a caller is decided without reading
+	// the FencedLease.
 	ReasonWriteNotPod Reason = "write_not_pod"
 	// ReasonDeleteNotPod: a DELETE by a caller that is neither a pod nor a
 	// privileged principal; a DELETE cannot carry a fence.
@@ -73,8 +74,15 @@ type Decision struct {
 	Reason Reason
 	// Message explains a denial; empty when allowed.
 	Message string
-	// Audit is set for break-glass writes: log, record an Event, count.
+	// Audit is set for break-glass writes that are persisted: log, record
+	// an Event, count. A break-glass dry run is allowed without an audit.
 	Audit bool
+	// StaleWrite is set for a denial of a stale or impostor holder pod that
+	// is persisted if allowed: the webhook records it as a StaleWriteRejected
+	// Event on the FencedLease. Callers that are not pods never produce one
+	// (their writes are denied before the FencedLease is read), and neither
+	// does a dry run.
+	StaleWrite bool
 	// Lease is the name of the FencedLease that protects the object.
 	Lease string
 	// Fence is the fence presented by the write, 0 if none or malformed.

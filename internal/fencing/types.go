@@ -39,6 +39,10 @@ type Request struct {
 	OwnershipOnly bool
 	// Caller is who sends the request.
 	Caller Caller
+	// DryRun says that the write is not persisted (kubectl --dry-run=server,
+	// kubectl diff). It gets the same answer as the real write, but leaves no
+	// trace: no Event, no audit record of a write that never happened.
+	DryRun bool
 }
 
 // Caller is the authenticated user of a request.

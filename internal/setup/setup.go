@@ -74,6 +74,9 @@ type Options struct {
 	// WrapClient, if set, wraps the client of the controller (tests use it to
 	// inject faults such as a lost response).
 	WrapClient func(client.Client) client.Client
+	// Protection, if set, reports FencedLeases in namespaces that the fencing
+	// webhook does not cover (see Protection in webhooks.go).
+	Protection fencedlease.ProtectionChecker
 }
 
 // Add registers the controller with the manager.
@@ -89,6 +92,7 @@ func Add(mgr ctrl.Manager, opts Options) error {
 		Clock:        opts.Clock,
 		PendingGrace: opts.PendingGrace,
 		Workers:      opts.Workers,
+		Protection:   opts.Protection,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up FencedLease controller: %w", err)

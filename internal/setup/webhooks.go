@@ -1,10 +1,37 @@
 package setup
 
 import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/fencedlease/fencedlease/controllers/fencedlease"
+	"github.com/fencedlease/fencedlease/internal/coverage"
+	"github.com/fencedlease/fencedlease/internal/webhook/endpoint"
 	fencingwebhook "github.com/fencedlease/fencedlease/internal/webhook/fencing"
 	"github.com/fencedlease/fencedlease/internal/webhook/podinject"
+)
+
+// Defaults of WebhookOptions: the names of the default install (config/ and
+// the Helm chart). The operator's RBAC names the configurations and the
+// Secret (resourceNames): change them together.
+const (
+	// DefaultNamespace is the operator's namespace when $POD_NAMESPACE is
+	// not set.
+	DefaultNamespace = "fencedlease-system"
+	// DefaultTokenSecret is the name of the Secret with the webhooks' path
+	// token, in the operator's namespace.
+	DefaultTokenSecret = "fencedlease-webhook-token"
+	// DefaultFencingConfiguration is the ValidatingWebhookConfiguration of
+	// the fencing webhook (config/webhook/fencing.yaml).
+	DefaultFencingConfiguration = "fencedlease-fencing"
+	// DefaultPodConfiguration is the MutatingWebhookConfiguration of the pod
+	// webhook (config/webhook/pods.yaml).
+	DefaultPodConfiguration = "fencedlease-pod-injector"
+	// FencingWebhook is the name of the fencing webhook in its configuration.
+	FencingWebhook = "protected.fencedlease.io"
 )
 
 // WebhookOptions configure the admission webhooks.
@@ -18,24 +45,91 @@ type WebhookOptions struct {
 	// as an Event and counted.
 	BreakGlassUsers  []string
 	BreakGlassGroups []string
+	// TokenSecret keeps the path token of the webhooks (see
+	// internal/webhook/endpoint); DefaultNamespace/DefaultTokenSecret if
+	// empty.
+	TokenSecret types.NamespacedName
+	// FencingConfiguration and PodConfiguration name the webhook
+	// configurations whose paths get the token, and whose coverage of a
+	// namespace the controller reports; the defaults above if empty.
+	FencingConfiguration, PodConfiguration string
+	// MaxRequestBytes caps the body of an admission request;
+	// endpoint.DefaultMaxRequestBytes if 0.
+	MaxRequestBytes int64
+}
+
+func (o WebhookOptions) withDefaults() WebhookOptions {
+	if o.TokenSecret.Namespace == "" {
+		o.TokenSecret.Namespace = DefaultNamespace
+	}
+	if o.TokenSecret.Name == "" {
+		o.TokenSecret.Name = DefaultTokenSecret
+	}
+	if o.FencingConfiguration == "" {
+		o.FencingConfiguration = DefaultFencingConfiguration
+	}
+	if o.PodConfiguration == "" {
+		o.PodConfiguration = DefaultPodConfiguration
+	}
+	return o
+}
+
+// WebhookEndpoint reads the path token of the webhooks from its Secret
+// (creating it if there is none) and returns the endpoint that serves them
+// under it; its controller keeps the token in the configurations' paths.
+// AddWebhooks calls it; a test that registers a webhook of its own does too.
+func WebhookEndpoint(ctx context.Context, mgr ctrl.Manager, opts WebhookOptions) (*endpoint.Endpoint, error) {
+	opts = opts.withDefaults()
+	// The API reader, not the cached client: a cache of Secrets would list
+	// and watch them all.
+	ep, err := endpoint.New(ctx, mgr.GetAPIReader(), mgr.GetClient(), endpoint.Options{
+		TokenSecret:             opts.TokenSecret,
+		ValidatingConfiguration: opts.FencingConfiguration,
+		MutatingConfiguration:   opts.PodConfiguration,
+		MaxRequestBytes:         opts.MaxRequestBytes,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := ep.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up the webhook endpoint: %w", err)
+	}
+	return ep, nil
 }
 
 // webhookRegistrars are the admission webhooks of the operator, each adding
-// its handler to the manager's webhook server.
-var webhookRegistrars = []func(ctrl.Manager, WebhookOptions) error{
-	func(mgr ctrl.Manager, _ WebhookOptions) error { return podinject.Add(mgr) },
-	func(mgr ctrl.Manager, o WebhookOptions) error {
-		return fencingwebhook.Add(mgr, fencingwebhook.Options{OperatorUsers: o.OperatorUsers, BreakGlassUsers: o.BreakGlassUsers, BreakGlassGroups: o.BreakGlassGroups})
+// its handler to the endpoint.
+var webhookRegistrars = []func(ctrl.Manager, *endpoint.Endpoint, WebhookOptions) error{
+	func(mgr ctrl.Manager, ep *endpoint.Endpoint, _ WebhookOptions) error { return podinject.Add(mgr, ep) },
+	func(mgr ctrl.Manager, ep *endpoint.Endpoint, o WebhookOptions) error {
+		return fencingwebhook.Add(mgr, fencingwebhook.Options{OperatorUsers: o.OperatorUsers, BreakGlassUsers: o.BreakGlassUsers,
+			BreakGlassGroups: o.BreakGlassGroups, Endpoint: ep})
 	},
 }
 
 // AddWebhooks registers every admission webhook with the manager's webhook
-// server.
-func AddWebhooks(mgr ctrl.Manager, opts WebhookOptions) error {
+// server, under the path token, and writes the token into the paths of the
+// webhook configurations before it returns, so that the API server calls
+// them there as soon as the server is up.
+func AddWebhooks(ctx context.Context, mgr ctrl.Manager, opts WebhookOptions) error {
+	ep, err := WebhookEndpoint(ctx, mgr, opts)
+	if err != nil {
+		return err
+	}
 	for _, add := range webhookRegistrars {
-		if err := add(mgr, opts); err != nil {
+		if err := add(mgr, ep, opts); err != nil {
 			return err
 		}
 	}
+	if err := ep.Publish(ctx, mgr.GetAPIReader(), mgr.GetClient()); err != nil {
+		return fmt.Errorf("publish the webhook path token: %w", err)
+	}
 	return nil
+}
+
+// Protection returns what tells the FencedLease controller whether the
+// fencing webhook covers a namespace (Options.Protection).
+func Protection(mgr ctrl.Manager, opts WebhookOptions) (fencedlease.ProtectionChecker, error) {
+	opts = opts.withDefaults()
+	return coverage.New(mgr, coverage.Options{Configuration: opts.FencingConfiguration, Webhook: FencingWebhook})
 }

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -26,11 +27,24 @@ func SetLogger() {
 // starts the control plane into *env, runs the tests, stops the control plane
 // and exits.
 func Main(m *testing.M, env **Env, opts ...func(*envtest.Environment)) {
+	MainWithSetup(m, env, nil, opts...)
+}
+
+// MainWithSetup is Main with a step run once the control plane is up and
+// before the tests, such as installing admission policies (InstallPolicies).
+func MainWithSetup(m *testing.M, env **Env, setup func(context.Context, *Env) error, opts ...func(*envtest.Environment)) {
 	SetLogger()
 	e, err := Start(opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+	if setup != nil {
+		if err := setup(context.Background(), e); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			_ = e.Stop()
+			os.Exit(1)
+		}
 	}
 	*env = e
 	code := m.Run()

@@ -8,9 +8,13 @@ import (
 	"strconv"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -43,6 +47,10 @@ type ManagerOptions struct {
 	WebhookOptions setup.WebhookOptions
 	// NoController leaves the FencedLease controller out (webhook-only tests).
 	NoController bool
+	// ReportProtection makes the controller report FencedLeases in
+	// namespaces that the fencing webhook does not cover, as cmd/manager
+	// does; always on when Webhooks is set.
+	ReportProtection bool
 }
 
 // StartManager starts the operator, as cmd/manager wires it but without leader
@@ -70,13 +78,24 @@ func StartManager(ctx context.Context, cfg *rest.Config, o ManagerOptions) (*Man
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
+	if o.Webhooks != nil {
+		// The webhooks' path token lives in the operator's namespace.
+		if err := ensureNamespace(ctx, mgr.GetAPIReader(), mgr.GetClient(), tokenNamespace(o.WebhookOptions)); err != nil {
+			return nil, err
+		}
+	}
+	if (o.Webhooks != nil || o.ReportProtection) && !o.NoController && o.Protection == nil {
+		if o.Protection, err = setup.Protection(mgr, o.WebhookOptions); err != nil {
+			return nil, err
+		}
+	}
 	if !o.NoController {
 		if err := setup.Add(mgr, o.Options); err != nil {
 			return nil, err
 		}
 	}
 	if o.Webhooks != nil {
-		if err := setup.AddWebhooks(mgr, o.WebhookOptions); err != nil {
+		if err := setup.AddWebhooks(ctx, mgr, o.WebhookOptions); err != nil {
 			return nil, err
 		}
 	}
@@ -101,6 +120,27 @@ func StartManager(ctx context.Context, cfg *rest.Config, o ManagerOptions) (*Man
 		return nil, fmt.Errorf("manager caches did not sync")
 	}
 	return m, nil
+}
+
+func tokenNamespace(o setup.WebhookOptions) string {
+	if o.TokenSecret.Namespace != "" {
+		return o.TokenSecret.Namespace
+	}
+	return setup.DefaultNamespace
+}
+
+// ensureNamespace creates the namespace if it does not exist (as an
+// administrator's manager can; the operator's own identity may only read it).
+func ensureNamespace(ctx context.Context, r client.Reader, w client.Writer, name string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	err := r.Get(ctx, client.ObjectKeyFromObject(ns), ns)
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err := w.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	return nil
 }
 
 // Stop stops the operator, as a crash or a restart would, and waits for it.

@@ -9,7 +9,11 @@
 // metadata of the stored object. It decodes only object metadata, so Secret
 // data is never held or logged. The rules themselves live in
 // internal/fencing; this package gathers their inputs and acts on the result:
-// it reads the FencedLease from the informer cache, reads it once from the API
-// server when the cache may lag behind a newer grant, records Events and
-// counts decisions in Prometheus metrics.
+// it reads the FencedLease from the informer cache (never for a caller that
+// is not a pod), reads it once from the API server when the cache may lag
+// behind a newer grant, records Events and counts decisions in Prometheus
+// metrics whose label values come from fixed sets, never from a request. A
+// dry run gets the same answer without an Event or a decision counted as a
+// write. The handler is served only under the secret path of
+// internal/webhook/endpoint, so only the API server's requests reach it.
 package fencing

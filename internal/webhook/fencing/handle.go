@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -17,54 +18,74 @@ import (
 	rules "github.com/fencedlease/fencedlease/internal/fencing"
 )
 
-// Handle decides one admission request and counts the decision.
+// Handle decides one admission request and counts the decision: in
+// fencedlease_webhook_decisions_total, or, for a dry run, in
+// fencedlease_webhook_dry_run_decisions_total.
 func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	start := time.Now()
 	resp, result, reason := h.handle(ctx, req)
-	resource := req.Resource.Resource
-	h.metrics.decisions.WithLabelValues(resource, result, reason).Inc()
-	h.metrics.duration.WithLabelValues(resource, result).Observe(time.Since(start).Seconds())
+	h.metrics.observe(resourceLabel(req), result, reason, ptr.Deref(req.DryRun, false), time.Since(start))
 	return resp
 }
 
 func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.Response, string, string) {
 	log := ctrl.LoggerFrom(ctx)
+	if err := checkResource(req); err != nil {
+		log.V(1).Info("Refused a request for something other than a ConfigMap or Secret", "reason", err.Error())
+		return admission.Errored(http.StatusBadRequest, err), resultError, reasonBadRequest
+	}
 	r, err := toRequest(req)
 	if err != nil {
 		log.Error(err, "Cannot read the admission request")
 		return admission.Errored(http.StatusBadRequest, err), resultError, reasonBadRequest
 	}
-	var (
-		fl    *fencingv1alpha1.FencedLease
-		lease rules.Lease
-	)
-	name, protected := rules.ProtectedBy(r)
-	if protected && name != "" {
-		if fl, lease, err = readLease(ctx, h.Cache, r.Namespace, name); err != nil {
+	// Whatever needs no FencedLease is decided first: a caller that is not
+	// a pod never costs a read.
+	d, final := rules.Precheck(r, h.Principals)
+	var fl *fencingv1alpha1.FencedLease
+	if !final {
+		var lease rules.Lease
+		if fl, lease, err = readLease(ctx, h.Cache, r.Namespace, d.Lease); err != nil {
 			log.Error(err, "Cannot read the FencedLease from the cache")
 			return admission.Errored(http.StatusInternalServerError, err), resultError, reasonReadError
 		}
-	}
-	d := rules.Decide(r, lease, false, h.Principals)
-	if d.Reread {
-		// The cache may lag behind a newer grant: decide on the FencedLease
-		// as the API server has it, once.
-		log.V(4).Info("Reading the FencedLease from the API server", "fencedLease", klog.KRef(r.Namespace, name), "cachedReason", d.Reason)
-		if fl, lease, err = readLease(ctx, h.APIReader, r.Namespace, name); err != nil {
-			log.Error(err, "Cannot read the FencedLease from the API server")
-			return admission.Errored(http.StatusInternalServerError, err), resultError, reasonReadError
+		d = rules.Decide(r, lease, false, h.Principals)
+		if d.Reread {
+			// The cache may lag behind a newer grant: decide on the
+			// FencedLease as the API server has it, once.
+			log.V(4).Info("Reading the FencedLease from the API server", "fencedLease", klog.KRef(r.Namespace, d.Lease), "cachedReason", d.Reason)
+			if fl, lease, err = readLease(ctx, h.APIReader, r.Namespace, d.Lease); err != nil {
+				log.Error(err, "Cannot read the FencedLease from the API server")
+				return admission.Errored(http.StatusInternalServerError, err), resultError, reasonReadError
+			}
+			d = rules.Decide(r, lease, true, h.Principals)
 		}
-		d = rules.Decide(r, lease, true, h.Principals)
 	}
 	h.report(ctx, r, d, fl)
 	if !d.Allowed {
 		return admission.Denied(d.Message), resultDenied, string(d.Reason)
 	}
 	resp := admission.Allowed("")
-	if d.Audit {
-		resp = resp.WithWarnings(fmt.Sprintf("break-glass write to %s %s/%s without a fence: recorded as an Event on FencedLease %q", r.Kind, r.Namespace, r.Name, d.Lease))
+	if d.Reason == rules.ReasonBreakGlass {
+		note := fmt.Sprintf("recorded as an Event on FencedLease %q", d.Lease)
+		if r.DryRun {
+			note = "a dry run: nothing is recorded"
+		}
+		resp = resp.WithWarnings(fmt.Sprintf("break-glass write to %s %s/%s without a fence: %s", r.Kind, r.Namespace, r.Name, note))
 	}
 	return resp, resultAllowed, string(d.Reason)
+}
+
+// checkResource refuses anything but a ConfigMap or a Secret (the webhook
+// configuration sends nothing else), before anything of the request is
+// decoded or counted by its own values.
+func checkResource(req admission.Request) error {
+	want := map[string]string{"configmaps": "ConfigMap", "secrets": "Secret"}[req.Resource.Resource]
+	if req.Resource.Group != "" || want == "" || req.SubResource != "" || req.Kind.Group != "" || req.Kind.Kind != want {
+		return fmt.Errorf("the fencing webhook decides writes to ConfigMaps and Secrets only, not to resource %q (kind %q)",
+			req.Resource.String(), req.Kind.String())
+	}
+	return nil
 }
 
 // readLease reads the FencedLease that protects an object. A FencedLease that

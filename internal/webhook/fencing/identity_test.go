@@ -55,8 +55,10 @@ func TestHolderIdentity(t *testing.T) {
 	forged := n + 1000
 	f.expectDenied(f.writeCM(asA, "state", fenceOf(forged), "forged by a"),
 		fmt.Sprintf(`%s: write with fence %d rejected: unknown fence: FencedLease "db" is at fence %d`, obj, forged, n))
+	// From someone who is not a pod, it is not even looked at.
 	f.expectDenied(f.writeCM(f.c, "state", fenceOf(forged), "forged by admin"),
-		fmt.Sprintf(`%s: write with fence %d rejected: unknown fence: FencedLease "db" is at fence %d`, obj, forged, n))
+		fmt.Sprintf(`%s: write with fence %d rejected: user "admin" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`,
+			obj, forged))
 
 	// DELETE carries no fence: only the holder pod may delete.
 	cm := &corev1.ConfigMap{}

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/setup"
 	fencingwebhook "github.com/fencedlease/fencedlease/internal/webhook/fencing"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
@@ -29,10 +30,13 @@ type laggingCache struct {
 	client.Reader
 	mu     sync.Mutex
 	frozen map[types.NamespacedName]*fencingv1alpha1.FencedLease
+	// reads counts the FencedLease reads from the cache.
+	reads atomic.Int32
 }
 
 func (l *laggingCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if fl, ok := obj.(*fencingv1alpha1.FencedLease); ok {
+		l.reads.Add(1)
 		l.mu.Lock()
 		snap, frozen := l.frozen[key]
 		l.mu.Unlock()
@@ -85,9 +89,16 @@ func (f *fixture) startLaggingOperator() (*laggingCache, *countingReader) {
 		},
 		Register: func(mgr ctrl.Manager) error {
 			lag.Reader, api.Reader = mgr.GetClient(), mgr.GetAPIReader()
-			return fencingwebhook.Add(mgr, fencingwebhook.Options{
-				OperatorUsers: webhookOptions.OperatorUsers, Cache: lag, APIReader: api,
-			})
+			ep, err := setup.WebhookEndpoint(f.ctx, mgr, webhookOptions)
+			if err != nil {
+				return err
+			}
+			if err := fencingwebhook.Add(mgr, fencingwebhook.Options{
+				OperatorUsers: webhookOptions.OperatorUsers, Cache: lag, APIReader: api, Endpoint: ep,
+			}); err != nil {
+				return err
+			}
+			return ep.Publish(f.ctx, mgr.GetAPIReader(), mgr.GetClient())
 		},
 	})
 	addr := net.JoinHostPort(w.LocalServingHost, strconv.Itoa(w.LocalServingPort))
@@ -171,4 +182,44 @@ func TestCacheLag(t *testing.T) {
 	lag.thaw(key)
 	f.g.Expect(f.writeCM(asB, "state", fenceOf(m), "v5 by b")).To(Succeed())
 	f.g.Expect(api.reads.Load()).To(BeEquivalentTo(6))
+}
+
+// TestCallersThatAreNotPodsCostNoRead: a write or delete by a caller that is
+// not a pod is decided before the FencedLease is read, from the cache or
+// from the API server, whatever fence it presents: in particular a fence
+// higher than the cached one, which from a pod makes the webhook read the
+// API server. Nor does a low fence from such a caller count as a stale
+// holder (no stale_fence decision, no Event).
+func TestCallersThatAreNotPodsCostNoRead(t *testing.T) {
+	f := newFixture(t)
+	lag, api := f.startLaggingOperator()
+	f.fencedLease("db")
+	a := f.readyPod("a", time.Hour)
+	b := f.readyPod("b", time.Minute)
+	n := f.waitHolder("db", "a", 0)
+	f.g.Expect(f.asPod(a).Create(f.ctx, f.configMap("state", "db", fenceOf(n), "v1"))).To(Succeed())
+	cacheReads, apiReads := lag.reads.Load(), api.reads.Load()
+	stale := decisions(map[string]string{"reason": "stale_fence"})
+	obj := fmt.Sprintf("ConfigMap %s/state", f.ns)
+	notPod := func(fence int64) string {
+		return fmt.Sprintf(`%s: write with fence %d rejected: user "mallory" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`, obj, fence)
+	}
+	mallory := f.user("mallory")
+	for i := range 5 {
+		f.expectDenied(f.writeCM(mallory, "state", fenceOf(n+1+int64(i)), "forged"), notPod(n+1+int64(i)))
+		f.expectDenied(f.writeCM(mallory, "state", fenceOf(n-1), "stale"), notPod(n-1))
+		f.expectDenied(mallory.Create(f.ctx, f.secret(fmt.Sprintf("s%d", i), "db", fenceOf(n+100), "x")),
+			fmt.Sprintf(`Secret %s/s%d: write with fence %d rejected: user "mallory" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`, f.ns, i, n+100))
+		f.expectDenied(mallory.Delete(f.ctx, f.configMap("state", "db", "", "")),
+			fmt.Sprintf(`%s: delete rejected: a delete carries no fence: only the holder pod of FencedLease "db" may delete this object`, obj))
+	}
+	f.g.Expect(lag.reads.Load()).To(Equal(cacheReads), "a caller that is not a pod made the webhook read the cache")
+	f.g.Expect(api.reads.Load()).To(Equal(apiReads), "a caller that is not a pod made the webhook read the API server")
+	f.g.Expect(decisions(map[string]string{"reason": "stale_fence"})).To(Equal(stale))
+
+	// A pod with the same higher fence is read from the API server.
+	f.expectDenied(f.writeCM(f.asPod(b), "state", fenceOf(n+1), "forged"),
+		fmt.Sprintf(`%s: write with fence %d rejected: unknown fence: FencedLease "db" is at fence %d`, obj, n+1, n))
+	f.g.Expect(lag.reads.Load()).To(Equal(cacheReads + 1))
+	f.g.Expect(api.reads.Load()).To(Equal(apiReads + 1))
 }

@@ -3,8 +3,12 @@ package fencing
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	rules "github.com/fencedlease/fencedlease/internal/fencing"
 )
 
 // Values of the result label.
@@ -21,31 +25,94 @@ const (
 	reasonReadError  = "lease_read_error"
 )
 
+// Values of the resource label. Anything but a ConfigMap or a Secret is
+// counted as resourceOther: label values never come from a request.
+const (
+	resourceConfigMaps = "configmaps"
+	resourceSecrets    = "secrets"
+	resourceOther      = "other"
+)
+
+// labelSets are every (result, reason) pair a request can end with. All
+// series exist from the start, so no request, whatever it carries, adds one.
+var labelSets = func() [][2]string {
+	var out [][2]string
+	for _, r := range []rules.Reason{rules.ReasonUnprotected, rules.ReasonOperator, rules.ReasonBreakGlass, rules.ReasonSystemCleanup, rules.ReasonHolder} {
+		out = append(out, [2]string{resultAllowed, string(r)})
+	}
+	for _, r := range []rules.Reason{rules.ReasonLabelChanged, rules.ReasonInvalidLabel, rules.ReasonMissingFence, rules.ReasonMalformedFence,
+		rules.ReasonObjectFenceRegression, rules.ReasonStaleFence, rules.ReasonUnknownFence, rules.ReasonLeaseNotFound, rules.ReasonNoHolder,
+		rules.ReasonNotHolder, rules.ReasonWriteNotPod, rules.ReasonDeleteNotPod} {
+		out = append(out, [2]string{resultDenied, string(r)})
+	}
+	return append(out, [2]string{resultError, reasonBadRequest}, [2]string{resultError, reasonReadError})
+}()
+
+var resources = []string{resourceConfigMaps, resourceSecrets, resourceOther}
+
+// resourceLabel is the resource label of a request: one of resources.
+func resourceLabel(req admission.Request) string {
+	if req.Resource.Group == "" && (req.Resource.Resource == resourceConfigMaps || req.Resource.Resource == resourceSecrets) {
+		return req.Resource.Resource
+	}
+	return resourceOther
+}
+
 // handlerMetrics are the webhook's Prometheus collectors.
 type handlerMetrics struct {
-	decisions *prometheus.CounterVec
-	duration  *prometheus.HistogramVec
+	decisions       *prometheus.CounterVec
+	dryRunDecisions *prometheus.CounterVec
+	duration        *prometheus.HistogramVec
+}
+
+// observe counts a decision: a dry run apart, so that it is never taken for
+// a write (an alert on stale holders does not fire on kubectl diff).
+func (m *handlerMetrics) observe(resource, result, reason string, dryRun bool, took time.Duration) {
+	if dryRun {
+		m.dryRunDecisions.WithLabelValues(resource, result, reason).Inc()
+		return
+	}
+	m.decisions.WithLabelValues(resource, result, reason).Inc()
+	m.duration.WithLabelValues(resource, result).Observe(took.Seconds())
 }
 
 // newMetrics registers the collectors, or reuses those registered by an
-// earlier webhook in the same process (a manager restarted in tests).
+// earlier webhook in the same process (a manager restarted in tests), and
+// creates every series.
 func newMetrics(reg prometheus.Registerer) (*handlerMetrics, error) {
+	labels := []string{"resource", "result", "reason"}
 	decisions, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fencedlease_webhook_decisions_total",
-		Help: "Admission decisions of the fencing webhook on protected ConfigMaps and Secrets, by resource, result (allowed, denied, error) and reason.",
-	}, []string{"resource", "result", "reason"}))
+		Help: "Admission decisions of the fencing webhook on writes to protected ConfigMaps and Secrets, by resource (configmaps, secrets, other), result (allowed, denied, error) and reason. Dry runs are not counted here.",
+	}, labels))
+	if err != nil {
+		return nil, err
+	}
+	dryRun, err := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencedlease_webhook_dry_run_decisions_total",
+		Help: "Admission decisions of the fencing webhook on dry-run writes (kubectl --dry-run=server, kubectl diff), which change nothing; labels as fencedlease_webhook_decisions_total.",
+	}, labels))
 	if err != nil {
 		return nil, err
 	}
 	duration, err := register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "fencedlease_webhook_duration_seconds",
-		Help:    "Time the fencing webhook takes to decide an admission request, including a FencedLease read from the API server when the cache may lag.",
+		Help:    "Time the fencing webhook takes to decide an admission request that is not a dry run, including a FencedLease read from the API server when the cache may lag.",
 		Buckets: prometheus.ExponentialBuckets(0.00025, 2, 15),
 	}, []string{"resource", "result"}))
 	if err != nil {
 		return nil, err
 	}
-	return &handlerMetrics{decisions: decisions, duration: duration}, nil
+	for _, resource := range resources {
+		for _, l := range labelSets {
+			decisions.WithLabelValues(resource, l[0], l[1])
+			dryRun.WithLabelValues(resource, l[0], l[1])
+		}
+		for _, result := range []string{resultAllowed, resultDenied, resultError} {
+			duration.WithLabelValues(resource, result)
+		}
+	}
+	return &handlerMetrics{decisions: decisions, dryRunDecisions: dryRun, duration: duration}, nil
 }
 
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {

@@ -14,37 +14,33 @@ import (
 	rules "github.com/fencedlease/fencedlease/internal/fencing"
 )
 
-// isStale says whether a denial comes from a stale or impostor holder; each
-// such denial is recorded as a StaleWriteRejected Event on the FencedLease,
-// related to the protected object. The events API aggregates Events with the
-// same regarding and related objects, reason and action into one series
-// (keeping the first note and counting the rest), so a holder that keeps
-// retrying adds to one series per object and operation instead of flooding
-// the namespace.
-func isStale(r rules.Reason) bool {
-	switch r {
-	case rules.ReasonStaleFence, rules.ReasonObjectFenceRegression, rules.ReasonUnknownFence, rules.ReasonNotHolder:
-		return true
-	}
-	return false
-}
-
-// report logs a decision and records the Events it calls for. Only metadata
-// is ever logged.
+// report logs a decision and records the Events it calls for: a
+// BreakGlassWrite Event for a break-glass write, a StaleWriteRejected Event
+// for a stale or impostor holder pod (see rules.Decision). Neither comes from
+// a dry run or from a caller that is not a pod (other than break-glass), and
+// only requests that came through the guarded endpoint get here. Only
+// metadata is ever logged.
+//
+// The events API folds Events with the same regarding and related objects,
+// reason and action into one series (first note, then a count). A rejected
+// CREATE names no related object (there is none yet), so the names a pod
+// tries cannot add Events, or entries to the recorder's cache, beyond one
+// series per FencedLease and operation; UPDATE and DELETE name objects that
+// exist.
 func (h *Handler) report(ctx context.Context, r rules.Request, d rules.Decision, fl *fencingv1alpha1.FencedLease) {
 	log := ctrl.LoggerFrom(ctx).WithValues("kind", r.Kind, "operation", r.Operation,
-		"fencedLease", klog.KRef(r.Namespace, d.Lease), "reason", d.Reason)
+		"fencedLease", klog.KRef(r.Namespace, d.Lease), "reason", d.Reason, "dryRun", r.DryRun)
 	if r.Caller.IsPod() {
 		log = log.WithValues("podName", r.Caller.PodName, "podUID", r.Caller.PodUID)
 	}
 	switch {
 	case d.Audit:
-		log.Info("Break-glass write admitted without a fence", "groups", r.Caller.Groups)
+		log.Info("Break-glass write admitted without a fence", "user", r.Caller.Username, "groups", r.Caller.Groups)
 		h.Recorder.Eventf(regarding(fl, r.Namespace, d.Lease), related(r), corev1.EventTypeWarning, fencingv1alpha1.EventBreakGlass, action("Admit", r),
 			"Break-glass %s of %s %s/%s by user %s, without a fence", r.Operation, r.Kind, r.Namespace, r.Name, r.Caller.Username)
 	case !d.Allowed:
 		log.V(1).Info("Write rejected", "fence", d.Fence, "message", d.Message)
-		if isStale(d.Reason) && fl != nil {
+		if d.StaleWrite && fl != nil {
 			h.Recorder.Eventf(fl, related(r), corev1.EventTypeWarning, fencingv1alpha1.EventStaleWriteRejected, action("Reject", r), "%s", d.Message)
 		}
 	default:
@@ -61,8 +57,12 @@ func regarding(fl *fencingv1alpha1.FencedLease, namespace, name string) *fencing
 	return &fencingv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
 }
 
-// related is the protected object an Event is about, by name.
+// related is the protected object an Event is about, by name; none for a
+// CREATE.
 func related(r rules.Request) runtime.Object {
+	if r.Operation == rules.Create {
+		return nil
+	}
 	meta := metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name}
 	switch r.Kind {
 	case "ConfigMap":

@@ -8,6 +8,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	rules "github.com/fencedlease/fencedlease/internal/fencing"
@@ -30,6 +31,7 @@ func toRequest(req admission.Request) (rules.Request, error) {
 		Namespace: req.Namespace,
 		Name:      req.Name,
 		Caller:    callerOf(req.UserInfo),
+		DryRun:    ptr.Deref(req.DryRun, false),
 	}
 	old, oldName, err := metadataOf(req.OldObject.Raw)
 	if err != nil {

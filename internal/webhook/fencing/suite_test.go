@@ -3,6 +3,7 @@ package fencing_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -22,11 +24,16 @@ import (
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
-var env *testenv.Env
+var (
+	env *testenv.Env
+	// operatorConfig acts as the operator's service account, with the
+	// generated RBAC: the operator runs as itself.
+	operatorConfig *rest.Config
+)
 
 // The principals of the webhook in these tests.
 const (
-	operatorUser    = "system:serviceaccount:fencedlease-system:fencedlease-controller-manager"
+	operatorUser    = testenv.OperatorUser
 	breakGlassGroup = "sre:break-glass"
 	denied          = `admission webhook "protected.fencedlease.io" denied the request: `
 )
@@ -37,7 +44,18 @@ var webhookOptions = setup.WebhookOptions{
 	BreakGlassGroups: []string{breakGlassGroup},
 }
 
-func TestMain(m *testing.M) { testenv.Main(m, &env, testenv.WithWebhooks()) }
+// TestMain starts the control plane with the webhook configurations of
+// config/webhook and the admission policies of config/policy, so that the
+// operator works under the same rules as in a cluster.
+func TestMain(m *testing.M) {
+	testenv.MainWithSetup(m, &env, func(ctx context.Context, e *testenv.Env) error {
+		var err error
+		if operatorConfig, err = testenv.OperatorConfig(ctx, e); err != nil {
+			return err
+		}
+		return testenv.InstallPolicies(ctx, e.Client, testenv.PolicyFiles()...)
+	}, testenv.WithWebhooks())
+}
 
 const (
 	timeout = 30 * time.Second
@@ -54,7 +72,9 @@ type fixture struct {
 	// c is an administrator that is no principal of the webhook: its writes
 	// to protected objects need a fence like anyone's.
 	c client.Client
-	// operator is the operator's user.
+	// operator authenticates with the operator's user name (and may do
+	// anything RBAC allows): what the webhook lets the operator do. The
+	// operator itself runs with operatorConfig.
 	operator client.Client
 }
 
@@ -71,7 +91,7 @@ func newFixture(t testing.TB) *fixture {
 	role := &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "writer"},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"},
-			Verbs: []string{"get", "list", "create", "update", "patch", "delete"}}},
+			Verbs: []string{"get", "list", "create", "update", "patch", "delete", "deletecollection"}}},
 	}
 	g.Expect(f.c.Create(ctx, role)).To(Succeed())
 	g.Expect(f.c.Create(ctx, &rbacv1.RoleBinding{
@@ -105,14 +125,16 @@ func (o *operator) Stop() error {
 }
 
 // startOperator runs the operator (controller and webhooks, as cmd/manager
-// wires them) until the test ends.
+// wires them), as its own service account, until the test ends.
 func (f *fixture) startOperator(o testenv.ManagerOptions) *operator {
-	o.Namespace = f.ns
-	if o.Webhooks == nil && o.Register == nil {
+	if o.Namespace == "" {
+		o.Namespace = f.ns
+	}
+	if o.Webhooks == nil && o.Register == nil && !o.ReportProtection {
 		o.Webhooks = &env.WebhookInstallOptions
 		o.WebhookOptions = webhookOptions
 	}
-	m, err := testenv.StartManager(f.ctx, env.Config, o)
+	m, err := testenv.StartManager(f.ctx, operatorConfig, o)
 	f.g.Expect(err).NotTo(HaveOccurred())
 	op := &operator{Manager: m}
 	f.t.Cleanup(func() { _ = op.Stop() })
@@ -242,13 +264,29 @@ func (f *fixture) expectDenied(err error, message string) {
 }
 
 // events lists "reason: note" of the Events recorded for a FencedLease.
-func (f *fixture) events(name string) []string {
+func (f *fixture) events(name string) []string { return f.eventsIn(f.ns, name) }
+
+// eventsIn lists "reason: note" of the Events recorded for a FencedLease of
+// a namespace.
+func (f *fixture) eventsIn(namespace, name string) []string {
 	var list eventsv1.EventList
-	f.g.Expect(f.c.List(f.ctx, &list, client.InNamespace(f.ns))).To(Succeed())
+	f.g.Expect(f.c.List(f.ctx, &list, client.InNamespace(namespace))).To(Succeed())
 	var out []string
 	for _, e := range list.Items {
 		if e.Regarding.Name == name && e.Regarding.Kind == "FencedLease" {
 			out = append(out, e.Reason+": "+e.Note)
+		}
+	}
+	return out
+}
+
+// webhookEvents lists "reason: note" of the Events that the webhook recorded
+// for a FencedLease (the controller's own are left out).
+func (f *fixture) webhookEvents(name string) []string {
+	var out []string
+	for _, e := range f.events(name) {
+		if strings.HasPrefix(e, fencingv1alpha1.EventStaleWriteRejected+": ") || strings.HasPrefix(e, fencingv1alpha1.EventBreakGlass+": ") {
+			out = append(out, e)
 		}
 	}
 	return out

@@ -13,10 +13,12 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	rules "github.com/fencedlease/fencedlease/internal/fencing"
+	"github.com/fencedlease/fencedlease/internal/webhook/endpoint"
 )
 
-// Path is where the webhook server serves the fencing webhook; the
-// ValidatingWebhookConfiguration in config/webhook/fencing.yaml points there.
+// Path is where the webhook server serves the fencing webhook, under the
+// path token of the endpoint (Path/<token>); the ValidatingWebhookConfiguration
+// in config/webhook/fencing.yaml calls Path, and the endpoint adds the token.
 const Path = "/validate-fencedlease-protected"
 
 // recorderName is the reporting controller of the webhook's Events.
@@ -39,10 +41,15 @@ type Options struct {
 	// APIReader reads a FencedLease from the API server when the cache may
 	// lag behind a newer grant. Defaults to the manager's API reader.
 	APIReader client.Reader
+	// Endpoint serves the webhook under its secret path; required.
+	Endpoint *endpoint.Endpoint
 }
 
 // Add registers the fencing webhook with the manager's webhook server.
 func Add(mgr ctrl.Manager, o Options) error {
+	if o.Endpoint == nil {
+		return fmt.Errorf("the fencing webhook needs an endpoint to be served from")
+	}
 	if o.Cache == nil {
 		o.Cache = mgr.GetClient()
 		// Start the FencedLease informer with the cache rather than on the
@@ -69,7 +76,7 @@ func Add(mgr ctrl.Manager, o Options) error {
 		Recorder:  mgr.GetEventRecorder(recorderName),
 		metrics:   m,
 	}
-	mgr.GetWebhookServer().Register(Path, &webhook.Admission{Handler: h})
+	o.Endpoint.Register(mgr.GetWebhookServer(), Path, &webhook.Admission{Handler: h})
 	return nil
 }
 

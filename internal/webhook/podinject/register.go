@@ -10,19 +10,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/webhook/endpoint"
 )
 
-// Path is where the webhook server serves the pod webhook; it must match
-// config/webhook/pods.yaml.
+// Path is where the webhook server serves the pod webhook, under the path
+// token of the endpoint (Path/<token>); config/webhook/pods.yaml calls Path,
+// and the endpoint adds the token.
 const Path = "/mutate-fencedlease-pod"
 
 // +kubebuilder:rbac:groups=fencing.fencedlease.io,resources=fencedleases,verbs=get;list;watch
 
-// Add registers the pod webhook with the manager's webhook server. It also
+// Add registers the pod webhook with the manager's webhook server, under the
+// endpoint's secret path. It also
 // registers the FencedLease informer up front, so that the manager waits for
 // it to sync before serving and the first pod does not pay for it within the
 // webhook's timeout.
-func Add(mgr ctrl.Manager) error {
+func Add(mgr ctrl.Manager, ep *endpoint.Endpoint) error {
 	if _, err := mgr.GetCache().GetInformer(context.Background(), &fencingv1alpha1.FencedLease{}, cache.BlockUntilSynced(false)); err != nil {
 		return fmt.Errorf("register FencedLease informer for the pod webhook: %w", err)
 	}
@@ -31,6 +34,6 @@ func Add(mgr ctrl.Manager) error {
 		LiveReader: mgr.GetAPIReader(),
 		Decoder:    admission.NewDecoder(mgr.GetScheme()),
 	}
-	mgr.GetWebhookServer().Register(Path, &webhook.Admission{Handler: h})
+	ep.Register(mgr.GetWebhookServer(), Path, &webhook.Admission{Handler: h})
 	return nil
 }

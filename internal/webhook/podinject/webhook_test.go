@@ -107,7 +107,8 @@ func webhookRequests(g Gomega) float64 {
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "webhook" && l.GetValue() == podinject.Path {
+				// Served under Path/<token>, instrumented as Path/.
+				if l.GetName() == "webhook" && l.GetValue() == podinject.Path+"/" {
 					total += m.GetCounter().GetValue()
 				}
 			}

@@ -1,0 +1,116 @@
+package policy_test
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	coordinationv1ac "k8s.io/client-go/applyconfigurations/coordination/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+)
+
+func leaseDenied(ns, name, user, what string) string {
+	return fmt.Sprintf(`Lease %s/%s belongs to a FencedLease and is written by the fencedlease operator only: user %q may not %s`, ns, name, user, what)
+}
+
+const deleteIt = "delete it (the garbage collector, the namespace controller and break-glass users may)"
+
+func (f *fixture) lease(name string) *coordinationv1.Lease {
+	l := &coordinationv1.Lease{}
+	f.g.Expect(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: name}, l)).To(Succeed())
+	return l
+}
+
+// TestOwnedLease: the Lease a FencedLease owns is the record of its grants
+// and the floor of its next fence. Nobody but the operator creates one (a
+// forged Lease with a FencedLease owner would be adopted with its fence),
+// changes it, by update, JSON patch or server-side apply, or deletes it, one
+// by one or in a DELETECOLLECTION; break-glass users may delete it, the
+// garbage collector may orphan it. Leases that no FencedLease owns are left
+// alone.
+func TestOwnedLease(t *testing.T) {
+	f := newFixture(t)
+	owner := f.fencedLease()
+	ref := metav1.OwnerReference{APIVersion: fencingv1alpha1.GroupVersion.String(), Kind: "FencedLease", Name: "db", UID: owner.UID, Controller: ptr.To(true)}
+	f.g.Expect(f.c.Create(f.ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "a-free"}})).To(Succeed())
+	for i, c := range f.callers() {
+		t.Run(c.who, func(t *testing.T) {
+			g := NewWithT(t)
+			// The floor raised out of reach, three ways.
+			l := f.lease("db")
+			l.Annotations[fencingv1alpha1.AnnotationFence] = "9223372036854775807"
+			expectDenied(g, c.c.Update(f.ctx, l), `leases.coordination.k8s.io "db"`, leaseDenied(f.ns, "db", c.user, "change it"))
+			jsonPatch := client.RawPatch(types.JSONPatchType, []byte(`[{"op":"replace","path":"/metadata/annotations/fencedlease.io~1fence","value":"9223372036854775807"}]`))
+			expectDenied(g, c.c.Patch(f.ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db"}}, jsonPatch),
+				`leases.coordination.k8s.io "db"`, leaseDenied(f.ns, "db", c.user, "change it"))
+			ac := coordinationv1ac.Lease("db", f.ns).WithSpec(coordinationv1ac.LeaseSpec().WithHolderIdentity("b"))
+			expectDenied(g, c.c.Apply(f.ctx, ac, client.FieldOwner("intruder"), client.ForceOwnership),
+				`leases.coordination.k8s.io "db"`, leaseDenied(f.ns, "db", c.user, "change it"))
+			// Taking the FencedLease's owner reference off is a change too.
+			unown := client.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/ownerReferences"}]`))
+			expectDenied(g, c.c.Patch(f.ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db"}}, unown),
+				`leases.coordination.k8s.io "db"`, leaseDenied(f.ns, "db", c.user, "change it"))
+			// A forged Lease that claims a FencedLease as its owner.
+			name := fmt.Sprintf("forged-%d", i)
+			forged := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name, OwnerReferences: []metav1.OwnerReference{ref},
+				Annotations: map[string]string{fencingv1alpha1.AnnotationFence: "9223372036854775807"}}}
+			expectDenied(g, c.c.Create(f.ctx, forged), fmt.Sprintf("leases.coordination.k8s.io %q", name), leaseDenied(f.ns, name, c.user, "create it"))
+			// Deleted, alone or with the rest of the namespace's Leases: the
+			// Lease a-free (before db in name order) goes, db stays.
+			expectDenied(g, c.c.Delete(f.ctx, f.lease("db")), `leases.coordination.k8s.io "db"`, leaseDenied(f.ns, "db", c.user, deleteIt))
+			// (The API server names no object in the error of a collection.)
+			expectDenied(g, c.c.DeleteAllOf(f.ctx, &coordinationv1.Lease{}, client.InNamespace(f.ns)),
+				`leases.coordination.k8s.io "Unknown"`, leaseDenied(f.ns, "db", c.user, deleteIt))
+			g.Expect(apierrors.IsNotFound(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "a-free"}, &coordinationv1.Lease{}))).To(BeTrue())
+			// Leases of their own: theirs.
+			free := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "a-free"}}
+			g.Expect(c.c.Create(f.ctx, free)).To(Succeed())
+			free.Spec.HolderIdentity = ptr.To("anyone")
+			g.Expect(c.c.Update(f.ctx, free)).To(Succeed())
+		})
+	}
+	l := f.lease("db")
+	f.g.Expect(l.Annotations[fencingv1alpha1.AnnotationFence]).To(Equal(fmt.Sprint(f.fence)))
+	f.g.Expect(metav1.IsControlledBy(l, owner)).To(BeTrue())
+	for i := range 3 {
+		f.g.Expect(apierrors.IsNotFound(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: fmt.Sprintf("forged-%d", i)}, &coordinationv1.Lease{}))).To(BeTrue())
+	}
+
+	// The operator changes it (it renews and grants through it all along).
+	touch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"test.fencedlease.io/touched":"yes"}}}`))
+	f.g.Expect(f.operator.Patch(f.ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db"}}, touch)).To(Succeed())
+	// A break-glass user may delete it and nothing else; the operator
+	// re-creates it, keeping the floor.
+	bob := f.user(breakGlassUser)
+	expectDenied(f.g, bob.Patch(f.ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db"}}, touch),
+		`leases.coordination.k8s.io "db"`, leaseDenied(f.ns, "db", breakGlassUser, "change it"))
+	old := f.lease("db")
+	f.g.Expect(f.user("carol", breakGlassGroup).Delete(f.ctx, old)).To(Succeed())
+	f.g.Eventually(func(g Gomega) {
+		l := &coordinationv1.Lease{}
+		g.Expect(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "db"}, l)).To(Succeed())
+		g.Expect(l.UID).NotTo(Equal(old.UID))
+		g.Expect(metav1.IsControlledBy(l, owner)).To(BeTrue())
+		floor, err := strconv.ParseInt(l.Annotations[fencingv1alpha1.AnnotationFence], 10, 64)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(floor).To(BeNumerically(">=", f.fence))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+
+	// The garbage collector may orphan it (take the owner references off and
+	// change nothing else), not change it otherwise.
+	gc := f.user("system:serviceaccount:kube-system:generic-garbage-collector")
+	spec := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"holderIdentity":"b"}}`))
+	expectDenied(f.g, gc.Patch(f.ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db"}}, spec),
+		`leases.coordination.k8s.io "db"`, leaseDenied(f.ns, "db", "system:serviceaccount:kube-system:generic-garbage-collector", "change it"))
+	orphan := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"ownerReferences":null}}`))
+	f.g.Expect(gc.Patch(f.ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db"}}, orphan)).To(Succeed())
+	f.g.Expect(f.lease("db").OwnerReferences).To(BeEmpty())
+}
