@@ -76,6 +76,15 @@ func (f *fixture) readyPod(name string, readyFor time.Duration) *corev1.Pod {
 	return pod
 }
 
+// readyPodWith creates a ready pod with its own labels.
+func (f *fixture) readyPodWith(name string, readyFor time.Duration, labels map[string]string) *corev1.Pod {
+	f.t.Helper()
+	pod, err := testenv.CreatePod(f.ctx, f.c, testenv.Pod{Namespace: f.ns, Name: name, Labels: labels})
+	f.g.Expect(err).NotTo(HaveOccurred())
+	f.g.Expect(testenv.SetReady(f.ctx, f.c, pod, time.Now().Add(-readyFor).Truncate(time.Second))).To(Succeed())
+	return pod
+}
+
 func (f *fixture) fencedLease(name string, mutate func(*fencingv1alpha1.FencedLease)) *fencingv1alpha1.FencedLease {
 	f.t.Helper()
 	fl := testenv.FencedLease(f.ns, name, appLabels, mutate)

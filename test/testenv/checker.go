@@ -3,10 +3,12 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -15,16 +17,38 @@ import (
 	"github.com/fencedlease/fencedlease/internal/setup"
 )
 
-// HolderChecker watches the pods of a namespace and records every moment that
-// breaks the invariants of the lease: more than one pod published as holder,
-// or a fence published that is not greater than one published before.
+// HolderChecker watches the pods and FencedLeases of a namespace and records
+// every moment that breaks an invariant of DESIGN §6, as the API server's
+// watch reports them in order:
+//
+//   - more than one pod of a FencedLease published as holder at once;
+//   - a fence published that is not greater than one published before for
+//     that FencedLease, or published again to a pod that lost it;
+//   - a FencedLease status that goes back: a lower fence or transition
+//     count, or a holder named again for a grant the status recorded as
+//     ended.
 type HolderChecker struct {
-	mu         sync.Mutex
-	roles      map[string]string
-	fences     map[string]string
-	max        int64
+	mu sync.Mutex
+	// pods is the publication of every pod: lease, role, fence.
+	pods       map[types.UID]publication
+	max        map[string]int64
+	lost       map[string]map[int64]bool
 	published  []int64
+	status     map[types.UID]*statusRecord
 	violations []string
+}
+
+type publication struct {
+	name, lease, role, fence string
+}
+
+func (p publication) holds() bool { return p.role == fencingv1alpha1.RoleHolder && p.fence != "" }
+
+type statusRecord struct {
+	fence       int64
+	transitions int32
+	holder      types.UID
+	ended       map[int64]bool
 }
 
 // WatchHolders starts a checker on the namespace until ctx ends.
@@ -33,62 +57,120 @@ func WatchHolders(ctx context.Context, cfg *rest.Config, ns string) (*HolderChec
 	if err != nil {
 		return nil, err
 	}
-	w, err := c.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns))
+	pods, err := c.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns))
 	if err != nil {
 		return nil, fmt.Errorf("watch pods in %s: %w", ns, err)
 	}
-	hc := &HolderChecker{roles: map[string]string{}, fences: map[string]string{}}
-	go func() {
-		defer w.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-w.ResultChan():
-				if !ok {
-					return
-				}
-				if pod, isPod := ev.Object.(*corev1.Pod); isPod {
-					hc.observe(ev.Type, pod)
-				}
-			}
-		}
-	}()
+	fls, err := c.Watch(ctx, &fencingv1alpha1.FencedLeaseList{}, client.InNamespace(ns))
+	if err != nil {
+		pods.Stop()
+		return nil, fmt.Errorf("watch FencedLeases in %s: %w", ns, err)
+	}
+	hc := &HolderChecker{pods: map[types.UID]publication{}, max: map[string]int64{}, lost: map[string]map[int64]bool{},
+		status: map[types.UID]*statusRecord{}}
+	go hc.follow(ctx, pods)
+	go hc.follow(ctx, fls)
 	return hc, nil
 }
 
-func (hc *HolderChecker) observe(t watch.EventType, pod *corev1.Pod) {
+func (hc *HolderChecker) follow(ctx context.Context, w watch.Interface) {
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return
+			}
+			switch o := ev.Object.(type) {
+			case *corev1.Pod:
+				hc.observePod(ev.Type, o)
+			case *fencingv1alpha1.FencedLease:
+				if ev.Type != watch.Deleted {
+					hc.observeStatus(o)
+				}
+			}
+		}
+	}
+}
+
+func (hc *HolderChecker) fail(format string, args ...any) {
+	hc.violations = append(hc.violations, fmt.Sprintf(format, args...))
+}
+
+func (hc *HolderChecker) observePod(t watch.EventType, pod *corev1.Pod) {
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
-	key := string(pod.UID)
+	prev := hc.pods[pod.UID]
+	cur := publication{name: pod.Name, lease: pod.Annotations[fencingv1alpha1.AnnotationLease],
+		role: pod.Annotations[fencingv1alpha1.AnnotationRole], fence: pod.Annotations[fencingv1alpha1.AnnotationFence]}
 	if t == watch.Deleted {
-		delete(hc.roles, key)
-		delete(hc.fences, key)
+		cur = publication{name: pod.Name}
+		delete(hc.pods, pod.UID)
+	} else {
+		hc.pods[pod.UID] = cur
+	}
+	if prev.holds() && (prev.lease != cur.lease || prev.fence != cur.fence || !cur.holds()) {
+		if n, err := strconv.ParseInt(prev.fence, 10, 64); err == nil {
+			if hc.lost[prev.lease] == nil {
+				hc.lost[prev.lease] = map[int64]bool{}
+			}
+			hc.lost[prev.lease][n] = true
+		}
+	}
+	if !cur.holds() || (prev.holds() && prev.lease == cur.lease && prev.fence == cur.fence) {
 		return
 	}
-	role, fence := pod.Annotations[fencingv1alpha1.AnnotationRole], pod.Annotations[fencingv1alpha1.AnnotationFence]
-	if fence != "" && fence != hc.fences[key] {
-		n, err := strconv.ParseInt(fence, 10, 64)
-		switch {
-		case err != nil:
-			hc.violations = append(hc.violations, fmt.Sprintf("pod %s got malformed fence %q", pod.Name, fence))
-		case n <= hc.max:
-			hc.violations = append(hc.violations, fmt.Sprintf("pod %s got fence %d after fence %d was published", pod.Name, n, hc.max))
-		default:
-			hc.max = n
-			hc.published = append(hc.published, n)
+	n, err := strconv.ParseInt(cur.fence, 10, 64)
+	switch {
+	case err != nil:
+		hc.fail("pod %s got malformed fence %q", pod.Name, cur.fence)
+	case n < hc.max[cur.lease]:
+		hc.fail("pod %s got fence %d of FencedLease %s after fence %d was published", pod.Name, n, cur.lease, hc.max[cur.lease])
+	case hc.lost[cur.lease][n]:
+		hc.fail("pod %s got fence %d of FencedLease %s again after losing it", pod.Name, n, cur.lease)
+	case n > hc.max[cur.lease]:
+		hc.max[cur.lease] = n
+		hc.published = append(hc.published, n)
+	}
+	var holders []string
+	for _, p := range hc.pods {
+		if p.holds() && p.lease == cur.lease {
+			holders = append(holders, p.name+"="+p.fence)
 		}
 	}
-	hc.roles[key], hc.fences[key] = role, fence
-	holders := 0
-	for k, r := range hc.roles {
-		if r == fencingv1alpha1.RoleHolder && hc.fences[k] != "" {
-			holders++
-		}
+	if len(holders) > 1 {
+		sort.Strings(holders)
+		hc.fail("%d pods published as holder of FencedLease %s at once: %v", len(holders), cur.lease, holders)
 	}
-	if holders > 1 {
-		hc.violations = append(hc.violations, fmt.Sprintf("%d pods published as holder at once (after an update of pod %s)", holders, pod.Name))
+}
+
+func (hc *HolderChecker) observeStatus(fl *fencingv1alpha1.FencedLease) {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	rec := hc.status[fl.UID]
+	if rec == nil {
+		rec = &statusRecord{ended: map[int64]bool{}}
+		hc.status[fl.UID] = rec
 	}
+	st := fl.Status
+	var holder types.UID
+	if st.Holder != nil {
+		holder = st.Holder.PodUID
+	}
+	switch {
+	case st.Fence < rec.fence:
+		hc.fail("status of FencedLease %s went back from fence %d to %d", fl.Name, rec.fence, st.Fence)
+	case st.Transitions < rec.transitions:
+		hc.fail("status of FencedLease %s went back from %d transitions to %d", fl.Name, rec.transitions, st.Transitions)
+	case holder != "" && rec.ended[st.Fence]:
+		hc.fail("status of FencedLease %s names holder %s with fence %d again after it recorded the end of that grant", fl.Name, st.Holder.PodName, st.Fence)
+	}
+	if rec.holder != "" && (holder != rec.holder || st.Fence != rec.fence) {
+		rec.ended[rec.fence] = true
+	}
+	rec.fence, rec.transitions, rec.holder = max(rec.fence, st.Fence), max(rec.transitions, st.Transitions), holder
 }
 
 // Violations returns every broken invariant seen so far.
@@ -98,7 +180,7 @@ func (hc *HolderChecker) Violations() []string {
 	return append([]string(nil), hc.violations...)
 }
 
-// Published returns the fences published to pods, in order.
+// Published returns the fences published to pods, in order (each once).
 func (hc *HolderChecker) Published() []int64 {
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
