@@ -45,7 +45,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, fl *fencingv1alpha1.Fe
 // has taken since is left alone.
 func (r *Reconciler) clearPods(ctx context.Context, namespace, name string) error {
 	var marked corev1.PodList
-	if err := r.List(ctx, &marked, client.InNamespace(namespace), client.MatchingLabels{fencingv1alpha1.LabelLease: name}); err != nil {
+	if err := r.List(ctx, &marked, client.InNamespace(namespace), client.MatchingFields{indexPodLabels: fencingv1alpha1.LabelLease + "=" + name}); err != nil {
 		return fmt.Errorf("list pods of FencedLease %s: %w", klog.KRef(namespace, name), err)
 	}
 	fl := &fencingv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}

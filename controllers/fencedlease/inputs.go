@@ -53,14 +53,15 @@ func (r *Reconciler) gatherPods(ctx context.Context, fl *fencingv1alpha1.FencedL
 	if sel.Empty() {
 		return nil, invalidSelectorError{err: fmt.Errorf("it selects every pod of the namespace")}
 	}
-	var selected, marked corev1.PodList
-	if err := r.List(ctx, &selected, client.InNamespace(fl.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	selected, err := r.podsSelected(ctx, fl.Namespace, &fl.Spec.Selector, sel)
+	if err != nil {
 		return nil, fmt.Errorf("list pods of FencedLease %s/%s: %w", fl.Namespace, fl.Name, err)
 	}
-	if err := r.List(ctx, &marked, client.InNamespace(fl.Namespace), client.MatchingLabels{fencingv1alpha1.LabelLease: fl.Name}); err != nil {
+	var marked corev1.PodList
+	if err := r.List(ctx, &marked, client.InNamespace(fl.Namespace), client.MatchingFields{indexPodLabels: fencingv1alpha1.LabelLease + "=" + fl.Name}); err != nil {
 		return nil, fmt.Errorf("list pods marked for FencedLease %s/%s: %w", fl.Namespace, fl.Name, err)
 	}
-	out := &pods{selected: selected.Items}
+	out := &pods{selected: selected}
 	sort.Slice(out.selected, func(i, j int) bool { return out.selected[i].Name < out.selected[j].Name })
 	overlapping := map[string]bool{}
 	for i := range out.selected {

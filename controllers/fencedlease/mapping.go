@@ -4,7 +4,9 @@ import (
 	"context"
 	"sort"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,6 +29,10 @@ const (
 	indexSelectorTerms = "fencedlease.io/selector-terms"
 	// indexPodNode indexes pods by the node they run on.
 	indexPodNode = "spec.nodeName"
+	// indexPodLabels indexes pods by each "key=value" pair of their labels,
+	// so that the pods of a selector are found without reading every pod of
+	// the namespace.
+	indexPodLabels = "fencedlease.io/pod-labels"
 	// anySelector is the term of a selector without matchLabels.
 	anySelector = "*"
 )
@@ -49,7 +55,46 @@ func Indexes() []Index {
 			}
 			return nil
 		}},
+		{Object: &corev1.Pod{}, Field: indexPodLabels, Extract: labelTerms},
 	}
+}
+
+func labelTerms(o client.Object) []string {
+	out := make([]string, 0, len(o.GetLabels()))
+	for k, v := range o.GetLabels() {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+// podsSelected lists the pods of the namespace that a selector selects: by
+// one of its matchLabels pairs through the label index, then the whole
+// selector; or, for a selector of expressions only, every pod of the
+// namespace.
+func (r *Reconciler) podsSelected(ctx context.Context, namespace string, ls *metav1.LabelSelector, sel labels.Selector) ([]corev1.Pod, error) {
+	var list corev1.PodList
+	if len(ls.MatchLabels) == 0 {
+		if err := r.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+			return nil, err
+		}
+		return list.Items, nil
+	}
+	keys := make([]string, 0, len(ls.MatchLabels))
+	for k := range ls.MatchLabels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	term := keys[0] + "=" + ls.MatchLabels[keys[0]]
+	if err := r.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{indexPodLabels: term}); err != nil {
+		return nil, err
+	}
+	out := list.Items[:0]
+	for i := range list.Items {
+		if sel.Matches(labels.Set(list.Items[i].Labels)) {
+			out = append(out, list.Items[i])
+		}
+	}
+	return out, nil
 }
 
 func selectorTerms(o client.Object) []string {
@@ -132,6 +177,44 @@ func requests(namespace string, names []string) []reconcile.Request {
 		}
 	}
 	return out
+}
+
+// leaseChanged lets through Lease events other than a renewal: a write that
+// changes nothing but renewTime (the operator's own renewal, another
+// replica's, or a holder's) needs no reconcile of its own. The next one,
+// which the grant's timing schedules, observes it, later rather than
+// sooner: on the side of a later expiry.
+func leaseChanged() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld.(*coordinationv1.Lease), e.ObjectNew.(*coordinationv1.Lease)
+			if o.DeletionTimestamp != n.DeletionTimestamp || !equality.Semantic.DeepEqual(o.Annotations, n.Annotations) ||
+				!equality.Semantic.DeepEqual(o.OwnerReferences, n.OwnerReferences) {
+				return true
+			}
+			os, ns := o.Spec.DeepCopy(), n.Spec.DeepCopy()
+			os.RenewTime, ns.RenewTime = nil, nil
+			return !equality.Semantic.DeepEqual(os, ns)
+		},
+	}
+}
+
+// fencedLeaseChanged lets through FencedLease events that ask for a
+// reconcile: a new spec, a deletion, changed metadata, or a status that
+// records another grant (whose holder is then published). A status that only
+// records a renewal, or new conditions, asks for nothing.
+func fencedLeaseChanged() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld.(*fencingv1alpha1.FencedLease), e.ObjectNew.(*fencingv1alpha1.FencedLease)
+			if o.Generation != n.Generation || !n.DeletionTimestamp.IsZero() || !equality.Semantic.DeepEqual(o.Finalizers, n.Finalizers) ||
+				!equality.Semantic.DeepEqual(o.Labels, n.Labels) || !equality.Semantic.DeepEqual(o.Annotations, n.Annotations) {
+				return true
+			}
+			return o.Status.Fence != n.Status.Fence || o.Status.Transitions != n.Status.Transitions ||
+				!equality.Semantic.DeepEqual(o.Status.Holder, n.Status.Holder)
+		},
+	}
 }
 
 // nodeHealthChanged lets through node events that can change eligibility:
