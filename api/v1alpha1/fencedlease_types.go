@@ -27,6 +27,34 @@ const (
 	TakeoverImmediate TakeoverPolicy = "Immediate"
 )
 
+// RenewalMode says who renews a grant.
+// +kubebuilder:validation:Enum=Operator;Holder
+type RenewalMode string
+
+const (
+	// RenewalOperator means that the operator renews the grant while the holder pod is
+	// eligible. The holder learns that it lost the lease when the kubelet
+	// rewrites its token files: usually within a second, but not while its
+	// node is partitioned, and not while its process is paused. Takeover
+	// Safe bounds the operator's view of the grant, not the holder's. Works
+	// with any workload: nothing in the pod talks to the API server.
+	RenewalOperator RenewalMode = "Operator"
+
+	// RenewalHolder means that the holder pod renews its own grant (a compare-and-swap
+	// update of the Lease's renewTime, with its own service-account token),
+	// and stops acting as holder on its own monotonic clock, a lease
+	// duration (minus a safety margin) after its last successful renewal was
+	// sent, whatever its files say and whether or not it can reach the API
+	// server. The operator still grants and revokes, and judges expiry from
+	// the renewals it observes; a holder that stops renewing (paused,
+	// partitioned, on a lost node) is replaced after one lease duration, and
+	// with takeover Safe it has stopped by its own clock before anyone else
+	// is granted. Needs a holder that renews: the fence package's Session
+	// or fence run, and a service account allowed to get, watch and update
+	// its Lease.
+	RenewalHolder RenewalMode = "Holder"
+)
+
 // FencedLeaseSpec declares the candidate pods of a singleton workload and the
 // timing of their lease.
 //
@@ -82,6 +110,13 @@ type FencedLeaseSpec struct {
 	// ContainersReady condition, which the gate does not affect.
 	// +optional
 	ReadinessGate bool `json:"readinessGate,omitempty"`
+
+	// renewal says who renews a grant: Operator (the default) or Holder. A
+	// change applies at once: the current holder, if still eligible, gets a
+	// new grant (with a higher fence) under the new mode.
+	// +kubebuilder:default=Operator
+	// +optional
+	Renewal RenewalMode `json:"renewal,omitempty"`
 
 	// paused keeps the current holder (it is still renewed while eligible, and
 	// still revoked when it stops being eligible) but grants nothing new.
@@ -165,6 +200,8 @@ type FencedLeaseStatus struct {
 // +kubebuilder:printcolumn:name="Candidates",type=integer,JSONPath=`.status.candidates`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Renewal",type=string,JSONPath=`.spec.renewal`,priority=1
+// +kubebuilder:printcolumn:name="Takeover",type=string,JSONPath=`.spec.takeover`,priority=1
 type FencedLease struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -65,6 +65,14 @@ const (
 
 	// LeaseAnnotationState is the state of the grant: pending, held or revoked.
 	LeaseAnnotationState = Prefix + "state"
+
+	// LeaseAnnotationRenewal is the renewal mode of the grant (Operator or
+	// Holder): a holder renews its grant only when it says Holder.
+	LeaseAnnotationRenewal = Prefix + "renewal"
+
+	// LeaseAnnotationRenewInterval is how often, in seconds, a holder that
+	// renews its own grant renews it.
+	LeaseAnnotationRenewInterval = Prefix + "renew-interval"
 )
 
 // Values of LeaseAnnotationState.
@@ -77,4 +85,7 @@ const (
 	// LeaseStateRevoked: the grant is no longer renewed; it is over once it
 	// has expired.
 	LeaseStateRevoked = "revoked"
+	// LeaseStateReleased: the holder said that it stopped (its work ended,
+	// or it is shutting down): the grant is over at once.
+	LeaseStateReleased = "released"
 )

@@ -193,8 +193,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(&fencingv1alpha1.FencedLease{}).
-		Owns(&coordinationv1.Lease{}).
+		For(&fencingv1alpha1.FencedLease{}, builder.WithPredicates(fencedLeaseChanged())).
+		Owns(&coordinationv1.Lease{}, builder.WithPredicates(leaseChanged())).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.fencedLeasesForPod)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.fencedLeasesForNode), builder.WithPredicates(nodeHealthChanged())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).

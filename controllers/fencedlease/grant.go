@@ -35,6 +35,10 @@ func policyOf(fl *fencingv1alpha1.FencedLease, pendingGrace time.Duration) holde
 	if takeover == "" {
 		takeover = holder.TakeoverSafe
 	}
+	renewal := string(fl.Spec.Renewal)
+	if renewal == "" {
+		renewal = holder.RenewalOperator
+	}
 	return holder.Policy{
 		LeaseDuration: duration,
 		RenewInterval: renew,
@@ -42,6 +46,7 @@ func policyOf(fl *fencingv1alpha1.FencedLease, pendingGrace time.Duration) holde
 		Takeover:      takeover,
 		Paused:        fl.Spec.Paused,
 		PendingGrace:  pendingGrace,
+		Renewal:       renewal,
 	}
 }
 
@@ -125,7 +130,8 @@ func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease) (ctr
 		}
 		return res, nil
 	}
-	l, err := r.writeGrant(ctx, s.lease, target, int32(policyOf(s.fl, r.PendingGrace).LeaseDuration/time.Second))
+	policy := policyOf(s.fl, r.PendingGrace)
+	l, err := r.writeGrant(ctx, s.lease, target, policy)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -43,6 +44,7 @@ func leaseView(l *coordinationv1.Lease) holder.Lease {
 		State:     l.Annotations[annotationState],
 		HolderUID: types.UID(l.Annotations[annotationHolderUID]),
 		Fence:     fenceAnnotation(l.Annotations),
+		Renewal:   l.Annotations[fencingv1alpha1.LeaseAnnotationRenewal],
 	}
 }
 
@@ -153,18 +155,21 @@ func (r *Reconciler) updateLease(ctx context.Context, l *coordinationv1.Lease, w
 }
 
 // writeGrant is the grant: one compare-and-swap write of the Lease that
-// names the new holder. Its resulting resourceVersion is the fence. The grant
+// names the new holder, the renewal mode and the renew interval (for a
+// holder that renews). Its resulting resourceVersion is the fence. The grant
 // stays pending until commitGrant records that fence.
-func (r *Reconciler) writeGrant(ctx context.Context, l *coordinationv1.Lease, target holder.Candidate, durationSeconds int32) (*coordinationv1.Lease, error) {
+func (r *Reconciler) writeGrant(ctx context.Context, l *coordinationv1.Lease, target holder.Candidate, p holder.Policy) (*coordinationv1.Lease, error) {
 	return r.updateLease(ctx, l, "grant to pod "+target.Name, func(next *coordinationv1.Lease) {
 		now := metav1.NewMicroTime(r.Clock.Now())
 		next.Spec.HolderIdentity = ptr.To(target.Name)
 		next.Spec.AcquireTime = &now
 		next.Spec.RenewTime = &now
-		next.Spec.LeaseDurationSeconds = ptr.To(durationSeconds)
+		next.Spec.LeaseDurationSeconds = ptr.To(int32(p.LeaseDuration / time.Second))
 		next.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
 		next.Annotations[annotationHolderUID] = string(target.UID)
 		next.Annotations[annotationState] = holder.StatePending
+		next.Annotations[fencingv1alpha1.LeaseAnnotationRenewal] = p.Renewal
+		next.Annotations[fencingv1alpha1.LeaseAnnotationRenewInterval] = strconv.Itoa(int(p.RenewInterval / time.Second))
 	})
 }
 

@@ -16,10 +16,17 @@ const (
 
 // Grant states, as recorded on the Lease (StateFree: no grant yet).
 const (
-	StateFree    = ""
-	StatePending = fencingv1alpha1.LeaseStatePending
-	StateHeld    = fencingv1alpha1.LeaseStateHeld
-	StateRevoked = fencingv1alpha1.LeaseStateRevoked
+	StateFree     = ""
+	StatePending  = fencingv1alpha1.LeaseStatePending
+	StateHeld     = fencingv1alpha1.LeaseStateHeld
+	StateRevoked  = fencingv1alpha1.LeaseStateRevoked
+	StateReleased = fencingv1alpha1.LeaseStateReleased
+)
+
+// Renewal modes, as in the FencedLease API.
+const (
+	RenewalOperator = string(fencingv1alpha1.RenewalOperator)
+	RenewalHolder   = string(fencingv1alpha1.RenewalHolder)
 )
 
 // Policy is the effective timing and behaviour of one FencedLease.
@@ -30,6 +37,8 @@ type Policy struct {
 	MaxHold  time.Duration
 	Takeover string
 	Paused   bool
+	// Renewal is who renews a grant (RenewalOperator or RenewalHolder).
+	Renewal string
 	// PendingGrace is how long a pending (written, not committed) grant is
 	// left alone before it is superseded. An operator commits its own grant
 	// within milliseconds; the grace keeps two operator replicas from
@@ -43,6 +52,8 @@ type Lease struct {
 	HolderUID types.UID
 	// Fence is the fence of the last committed grant.
 	Fence int64
+	// Renewal is the renewal mode the grant was made under.
+	Renewal string
 }
 
 // Clock is what the operator saw of the current grant on its own monotonic
@@ -113,6 +124,8 @@ func Decide(in Input) Plan {
 		return decideHeld(in)
 	case StateRevoked:
 		return decideRevoked(in)
+	case StateReleased:
+		return grantOrWait(in, "", "the holder released its grant", in.Lease.HolderUID)
 	case StatePending:
 		return decidePending(in)
 	default:
@@ -129,6 +142,18 @@ func decideHeld(in Input) Plan {
 		return loss(in, IneligibleGone)
 	case !holder.Eligible():
 		return loss(in, holder.Ineligible)
+	}
+	holderRenews := renewal(in.Lease.Renewal) == RenewalHolder
+	if renewal(p.Renewal) != renewal(in.Lease.Renewal) && !p.Paused {
+		// The grant was made under the other renewal mode: the holder gets a
+		// fresh one under this one (the same pod, so no wait for expiry).
+		return Plan{Action: Grant, Target: holder, Why: "renewal mode changed to " + renewal(p.Renewal)}
+	}
+	if holderRenews && expired {
+		// The holder stopped renewing its own grant: paused, partitioned, or
+		// on a node that is gone. Its grant has expired on this clock, and,
+		// renewing it itself, it stopped acting on its own clock before that.
+		return loss(in, IneligibleStoppedRenewing)
 	}
 	maxHold := untilMaxHold(in)
 	if p.MaxHold > 0 && maxHold == 0 && !p.Paused {
@@ -149,6 +174,10 @@ func decideHeld(in Input) Plan {
 			return Plan{Action: Revoke, Why: "grant expired without confirmed renewal", Waiting: WaitingPaused}
 		}
 		return grantOrWait(in, in.Lease.HolderUID, "grant expired without confirmed renewal")
+	}
+	if holderRenews {
+		// Not ours to renew: look again when it would expire.
+		return Plan{Action: Wait, RequeueAfter: minPositive(untilExpiry(in), maxHold)}
 	}
 	if since := c.Now.Sub(c.RenewedAt); since < p.RenewInterval {
 		return Plan{Action: Wait, RequeueAfter: minPositive(p.RenewInterval-since, maxHold)}
@@ -202,6 +231,14 @@ func grantOrWait(in Input, current types.UID, why string, avoid ...types.UID) Pl
 		return Plan{Action: Wait, Waiting: WaitingNoCandidates}
 	}
 	return Plan{Action: Grant, Target: next, Why: why}
+}
+
+// renewal is a renewal mode with the default applied.
+func renewal(mode string) string {
+	if mode == "" {
+		return RenewalOperator
+	}
+	return mode
 }
 
 func untilExpiry(in Input) time.Duration {

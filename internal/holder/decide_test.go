@@ -29,6 +29,10 @@ func TestDecide(t *testing.T) {
 		return Clock{Now: t0, RenewedAt: t0.Add(-sinceRenew), GrantedAt: t0.Add(-sinceGrant)}
 	}
 	withMaxHold := func(p Policy, d time.Duration) Policy { p.MaxHold = d; return p }
+	holderMode := func(p Policy) Policy { p.Renewal = RenewalHolder; return p }
+	heldBy := func(uid types.UID, renewal string) Lease {
+		return Lease{State: StateHeld, HolderUID: uid, Fence: 41, Renewal: renewal}
+	}
 	paused := func(p Policy) Policy { p.Paused = true; return p }
 
 	tests := []struct {
@@ -135,6 +139,39 @@ func TestDecide(t *testing.T) {
 		{name: "paused grants nothing after a revoke",
 			in: Input{Policy: paused(policy(TakeoverSafe)), Lease: revoked(a.UID), Clock: clock(time.Hour, time.Hour),
 				Candidates: []Candidate{b}},
+			action: Wait, waiting: WaitingPaused},
+		// Holder renewal.
+		{name: "holder renewal: the operator never renews, it looks again when the grant would expire",
+			in: Input{Policy: holderMode(policy(TakeoverSafe)), Lease: heldBy(a.UID, RenewalHolder), Clock: clock(6*time.Second, time.Minute),
+				Candidates: []Candidate{a, c}},
+			action: Wait, requeueMax: 9 * time.Second},
+		{name: "holder renewal: a holder that stopped renewing is lost (Safe: revoked; its expiry has passed)",
+			in: Input{Policy: holderMode(policy(TakeoverSafe)), Lease: heldBy(a.UID, RenewalHolder), Clock: clock(15*time.Second, time.Minute),
+				Candidates: []Candidate{a, b}},
+			action: Revoke, waiting: WaitingForExpiry},
+		{name: "holder renewal: a holder that stopped renewing is replaced at once (Immediate)",
+			in: Input{Policy: holderMode(policy(TakeoverImmediate)), Lease: heldBy(a.UID, RenewalHolder), Clock: clock(15*time.Second, time.Minute),
+				Candidates: []Candidate{a, b}},
+			action: Grant, target: "b"},
+		{name: "holder renewal: the mode changed, the holder gets a fresh grant under the new one",
+			in: Input{Policy: holderMode(policy(TakeoverSafe)), Lease: held(a.UID), Clock: clock(time.Second, time.Minute),
+				Candidates: []Candidate{a, c}},
+			action: Grant, target: "a"},
+		{name: "holder renewal: back to operator renewal, a fresh grant too",
+			in: Input{Policy: policy(TakeoverSafe), Lease: heldBy(a.UID, RenewalHolder), Clock: clock(time.Second, time.Minute),
+				Candidates: []Candidate{a, c}},
+			action: Grant, target: "a"},
+		{name: "a grant made before renewal modes existed is an operator-renewed one",
+			in: Input{Policy: policy(TakeoverSafe), Lease: held(a.UID), Clock: clock(6*time.Second, time.Minute),
+				Candidates: []Candidate{a, c}},
+			action: Renew, requeueMax: 5 * time.Second},
+		{name: "a released grant is over at once, even with takeover Safe: the next pod is granted",
+			in: Input{Policy: policy(TakeoverSafe), Lease: Lease{State: StateReleased, HolderUID: a.UID, Fence: 41}, Clock: clock(time.Second, time.Minute),
+				Candidates: []Candidate{a, b}},
+			action: Grant, target: "b"},
+		{name: "a released grant while paused grants nothing",
+			in: Input{Policy: paused(policy(TakeoverSafe)), Lease: Lease{State: StateReleased, HolderUID: a.UID, Fence: 41}, Clock: clock(time.Second, time.Minute),
+				Candidates: []Candidate{a, b}},
 			action: Wait, waiting: WaitingPaused},
 	}
 	for _, tt := range tests {

@@ -15,6 +15,9 @@ const (
 	IneligibleContainers = "containers are not ready"
 	IneligibleOverlap    = "pod is selected by another FencedLease"
 	IneligibleGone       = "pod no longer exists or is no longer selected"
+	// IneligibleStoppedRenewing: with holder renewal, the holder did not
+	// renew its grant within a lease duration.
+	IneligibleStoppedRenewing = "the holder stopped renewing its grant"
 )
 
 // Candidate is a pod selected by a FencedLease, with what decides whether and

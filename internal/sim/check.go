@@ -24,9 +24,13 @@ import (
 //   - 7: a FencedLease's status never moves back: fence and transitions never
 //     decrease, and a grant the status recorded as ended never comes back;
 //     and the status names only committed grants;
-//   - Safe takeover: with takeover Safe, no new grant is written while a
-//     grant that reached a pod or the status may still be valid (less than a
-//     lease duration after its last renewal).
+//   - Safe takeover: with takeover Safe, no grant to a pod is written while
+//     another pod's grant that reached it or the status may still be valid
+//     (less than a lease duration after its last renewal), unless its holder
+//     released it;
+//   - 8: with holder renewal and takeover Safe, no grant to a pod is written
+//     while another pod's process still believes, by its own clock, that it
+//     holds the lease.
 type checker struct {
 	maxPublished map[string]int64
 	publishedTo  map[string]types.UID
@@ -39,11 +43,15 @@ type checker struct {
 	// exposed are the grants that reached a pod or the status, the only ones
 	// a holder can have acted on.
 	exposed map[string]map[int64]bool
+	// holderOf is the pod of each committed grant.
+	holderOf map[string]map[int64]types.UID
 	// immediate is set once the FencedLease's takeover was ever Immediate:
 	// from then on an operator may act on that spec (its cache may lag behind
 	// for any time in a simulation), so the Safe wait is no longer checked.
-	immediate  map[string]bool
-	status     map[types.UID]*statusRecord
+	immediate map[string]bool
+	status    map[types.UID]*statusRecord
+	// procs are the holder processes of holder renewal: what they believe.
+	procs      holders
 	violations []string
 }
 
@@ -62,8 +70,10 @@ func newChecker() *checker {
 		lost:         map[string]map[int64]bool{},
 		validUntil:   map[string]map[int64]time.Time{},
 		exposed:      map[string]map[int64]bool{},
+		holderOf:     map[string]map[int64]types.UID{},
 		immediate:    map[string]bool{},
 		status:       map[types.UID]*statusRecord{},
+		procs:        holders{},
 	}
 }
 
@@ -177,14 +187,37 @@ func (c *checker) checkLease(s *Sim, k objKey, l, old *coordinationv1.Lease) {
 				c.committed[k.name] = map[int64]bool{}
 			}
 			c.committed[k.name][f] = true
+			if c.holderOf[k.name] == nil {
+				c.holderOf[k.name] = map[int64]types.UID{}
+			}
+			c.holderOf[k.name][f] = types.UID(l.Annotations[fencingv1alpha1.LeaseAnnotationHolderUID])
 		}
 	}
 	newGrant := old == nil && state == fencingv1alpha1.LeaseStatePending ||
 		old != nil && ptr.Deref(l.Spec.LeaseTransitions, 0) > ptr.Deref(old.Spec.LeaseTransitions, 0)
+	if _, ok := releasedFence(l); ok && (old == nil || old.Annotations[fencingv1alpha1.LeaseAnnotationState] != fencingv1alpha1.LeaseStateReleased) {
+		// The holder's process stopped before it released: none of the pod's
+		// grants is in use any more.
+		released := types.UID(l.Annotations[fencingv1alpha1.LeaseAnnotationHolderUID])
+		for f, uid := range c.holderOf[k.name] {
+			if uid == released {
+				delete(c.validUntil[k.name], f)
+			}
+		}
+	}
 	if newGrant {
 		s.stats.Grants++
+		to := types.UID(l.Annotations[fencingv1alpha1.LeaseAnnotationHolderUID])
+		if !c.immediate[k.name] {
+			if others := c.procs.believers(s.clock.Now(), to); len(others) > 0 {
+				c.fail(s, "a grant of Lease %s to %s was written at %s while takeover is Safe and other holders still believe they hold the lease: %v",
+					k.name, ptr.Deref(l.Spec.HolderIdentity, ""), s.clock.Now().Format("15:04:05.000"), others)
+			}
+		}
 		for fence, until := range c.validUntil[k.name] {
-			if c.exposed[k.name][fence] && !c.immediate[k.name] && s.clock.Now().Before(until) {
+			// A fresh grant to the same pod (its grant expired unrenewed, or the
+			// renewal mode changed) leaves no other pod acting.
+			if c.exposed[k.name][fence] && !c.immediate[k.name] && s.clock.Now().Before(until) && c.holderOf[k.name][fence] != to {
 				c.fail(s, "a grant of Lease %s to %s was written at %s, while takeover is Safe and the grant with fence %d was valid until %s",
 					k.name, ptr.Deref(l.Spec.HolderIdentity, ""), s.clock.Now().Format("15:04:05.000"), fence, until.Format("15:04:05.000"))
 			}
@@ -209,6 +242,9 @@ func (c *checker) checkFencedLease(s *Sim, k objKey, fl, old *fencingv1alpha1.Fe
 		// the same name starts without a Safe wait (its fences still grow).
 		delete(c.validUntil, k.name)
 		delete(c.exposed, k.name)
+		if k.name == "db" {
+			c.procs = holders{} // only db's holders renew their own grants
+		}
 		if fl == nil {
 			return
 		}

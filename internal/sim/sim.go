@@ -173,6 +173,7 @@ func (s *Sim) once() {
 		{25, s.startSomeone},
 		{25, s.catchUp},
 		{s.cfg.World.changeWeight(), func() bool { return s.world.change() }},
+		{6, func() bool { return s.world.holderStep() }},
 		{5, s.tick},
 		{1, s.pauseSomeone},
 		{1, func() bool {

@@ -24,6 +24,9 @@ type WorldConfig struct {
 	// Takeover is the takeover policy of the FencedLease ("" picks one at
 	// random per run).
 	Takeover fencingv1alpha1.TakeoverPolicy
+	// Renewal is the renewal mode of the FencedLease ("" picks one at random
+	// per run).
+	Renewal fencingv1alpha1.RenewalMode
 	// LeaseDurationSeconds of the FencedLease.
 	LeaseDurationSeconds int32
 	// NoChanges keeps the world still: only the operators act.
@@ -82,12 +85,17 @@ func (w *world) setUp() error {
 	if takeover == "" {
 		takeover = []fencingv1alpha1.TakeoverPolicy{fencingv1alpha1.TakeoverSafe, fencingv1alpha1.TakeoverImmediate}[w.sim.rng.Intn(2)]
 	}
+	renewal := w.cfg.Renewal
+	if renewal == "" {
+		renewal = []fencingv1alpha1.RenewalMode{fencingv1alpha1.RenewalOperator, fencingv1alpha1.RenewalHolder}[w.sim.rng.Intn(2)]
+	}
 	fl := &fencingv1alpha1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: w.namespace, Name: "db"},
 		Spec: fencingv1alpha1.FencedLeaseSpec{
 			Selector:             metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
 			LeaseDurationSeconds: w.cfg.LeaseDurationSeconds,
 			Takeover:             takeover,
+			Renewal:              renewal,
 		},
 	}
 	if err := w.write(w.create(fl)); err != nil {
@@ -136,6 +144,7 @@ var changeWeights = map[string]int{
 	"pod-ready": 12, "pod-not-ready": 8, "pod-failed": 2, "pod-delete": 4, "pod-gone": 4, "pod-create": 6,
 	"pod-relabel": 2, "pod-team": 2, "node-lost": 2, "node-back": 4,
 	"lease-delete": 1, "other-toggle": 2, "takeover-toggle": 1, "paused-toggle": 1, "maxhold-toggle": 1, "fencedlease-gone": 1,
+	"renewal-toggle": 1,
 }
 
 // changes are the things that happen to a singleton workload.
@@ -162,6 +171,7 @@ func (w *world) changes() map[string]func() (bool, error) {
 		"takeover-toggle":  w.toggleTakeover,
 		"paused-toggle":    w.togglePaused,
 		"maxhold-toggle":   w.toggleMaxHold,
+		"renewal-toggle":   w.toggleRenewal,
 		"fencedlease-gone": w.deleteFencedLease,
 	}
 }
@@ -372,6 +382,16 @@ func (w *world) toggleTakeover() (bool, error) {
 			s.Takeover = fencingv1alpha1.TakeoverSafe
 		} else {
 			s.Takeover = fencingv1alpha1.TakeoverImmediate
+		}
+	})
+}
+
+func (w *world) toggleRenewal() (bool, error) {
+	return w.onSpec(func(s *fencingv1alpha1.FencedLeaseSpec) {
+		if s.Renewal == fencingv1alpha1.RenewalHolder {
+			s.Renewal = fencingv1alpha1.RenewalOperator
+		} else {
+			s.Renewal = fencingv1alpha1.RenewalHolder
 		}
 	})
 }

@@ -15,14 +15,12 @@ import (
 	"github.com/fencedlease/fencedlease/internal/setup"
 )
 
-// PodClient returns a client that acts as the pod: it authenticates with a
-// service-account token bound to the pod by the TokenRequest API, so the API
-// server puts the pod's name and UID in the user info of every request,
-// exactly as for a real pod's projected token.
-func PodClient(ctx context.Context, cfg *rest.Config, pod *corev1.Pod) (client.Client, error) {
+// PodToken returns a service-account token bound to the pod by the
+// TokenRequest API, as the kubelet projects into a real pod.
+func PodToken(ctx context.Context, cfg *rest.Config, pod *corev1.Pod) (string, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("create clientset: %w", err)
+		return "", fmt.Errorf("create clientset: %w", err)
 	}
 	sa := pod.Spec.ServiceAccountName
 	if sa == "" {
@@ -35,9 +33,21 @@ func PodClient(ctx context.Context, cfg *rest.Config, pod *corev1.Pod) (client.C
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("request a token for pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		return "", fmt.Errorf("request a token for pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return tr.Status.Token, nil
+}
+
+// PodClient returns a client that acts as the pod: it authenticates with a
+// service-account token bound to the pod by the TokenRequest API, so the API
+// server puts the pod's name and UID in the user info of every request,
+// exactly as for a real pod's projected token.
+func PodClient(ctx context.Context, cfg *rest.Config, pod *corev1.Pod) (client.Client, error) {
+	token, err := PodToken(ctx, cfg, pod)
+	if err != nil {
+		return nil, err
 	}
 	pc := rest.AnonymousClientConfig(cfg)
-	pc.BearerToken = tr.Status.Token
+	pc.BearerToken = token
 	return client.New(pc, client.Options{Scheme: setup.Scheme()})
 }

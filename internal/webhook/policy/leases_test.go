@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -15,13 +16,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
 func leaseDenied(ns, name, user, what string) string {
 	return fmt.Sprintf(`Lease %s/%s belongs to a FencedLease and is written by the fencedlease operator only: user %q may not %s`, ns, name, user, what)
 }
 
-const deleteIt = "delete it (the garbage collector, the namespace controller and break-glass users may)"
+const (
+	deleteIt = "delete it (the garbage collector, the namespace controller and break-glass users may)"
+	// podRule ends the denial of a change that a pod tries.
+	podRule = " (the pod it names may only renew its own held grant, changing spec.renewTime alone, or release it)"
+)
 
 func (f *fixture) lease(name string) *coordinationv1.Lease {
 	l := &coordinationv1.Lease{}
@@ -44,20 +50,24 @@ func TestOwnedLease(t *testing.T) {
 	for i, c := range f.callers() {
 		t.Run(c.who, func(t *testing.T) {
 			g := NewWithT(t)
+			changeIt := "change it"
+			if c.who == "standby" {
+				changeIt += podRule
+			}
 			// The floor raised out of reach, three ways.
 			l := f.lease("db")
 			l.Annotations[fencingv1alpha1.AnnotationFence] = "9223372036854775807"
-			expectDenied(g, c.c.Update(f.ctx, l), `leases.coordination.k8s.io "db"`, leaseDenied(f.ns, "db", c.user, "change it"))
+			expectDenied(g, c.c.Update(f.ctx, l), `leases.coordination.k8s.io "db"`, leaseDenied(f.ns, "db", c.user, changeIt))
 			jsonPatch := client.RawPatch(types.JSONPatchType, []byte(`[{"op":"replace","path":"/metadata/annotations/fencedlease.io~1fence","value":"9223372036854775807"}]`))
 			expectDenied(g, c.c.Patch(f.ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db"}}, jsonPatch),
-				`leases.coordination.k8s.io "db"`, leaseDenied(f.ns, "db", c.user, "change it"))
+				`leases.coordination.k8s.io "db"`, leaseDenied(f.ns, "db", c.user, changeIt))
 			ac := coordinationv1ac.Lease("db", f.ns).WithSpec(coordinationv1ac.LeaseSpec().WithHolderIdentity("b"))
 			expectDenied(g, c.c.Apply(f.ctx, ac, client.FieldOwner("intruder"), client.ForceOwnership),
-				`leases.coordination.k8s.io "db"`, leaseDenied(f.ns, "db", c.user, "change it"))
+				`leases.coordination.k8s.io "db"`, leaseDenied(f.ns, "db", c.user, changeIt))
 			// Taking the FencedLease's owner reference off is a change too.
 			unown := client.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/ownerReferences"}]`))
 			expectDenied(g, c.c.Patch(f.ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db"}}, unown),
-				`leases.coordination.k8s.io "db"`, leaseDenied(f.ns, "db", c.user, "change it"))
+				`leases.coordination.k8s.io "db"`, leaseDenied(f.ns, "db", c.user, changeIt))
 			// A forged Lease that claims a FencedLease as its owner.
 			name := fmt.Sprintf("forged-%d", i)
 			forged := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name, OwnerReferences: []metav1.OwnerReference{ref},
@@ -113,4 +123,80 @@ func TestOwnedLease(t *testing.T) {
 	orphan := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"ownerReferences":null}}`))
 	f.g.Expect(gc.Patch(f.ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db"}}, orphan)).To(Succeed())
 	f.g.Expect(f.lease("db").OwnerReferences).To(BeEmpty())
+}
+
+// TestHolderRenewalAndRelease: with renewal Holder, the pod that the Lease
+// names renews its own grant with its bound token, changing spec.renewTime
+// and nothing else, and may release it; a standby (even one that copied the
+// holder's fence), another pod and the holder trying to change anything else
+// are refused; a released grant can no longer be renewed.
+func TestHolderRenewalAndRelease(t *testing.T) {
+	f := newFixture(t)
+	f.g.Expect(f.c.Create(f.ctx, testenv.FencedLease(f.ns, "hr", map[string]string{"app": "hr"}, func(fl *fencingv1alpha1.FencedLease) {
+		fl.Spec.Renewal = fencingv1alpha1.RenewalHolder
+		fl.Spec.LeaseDurationSeconds = 30
+	}))).To(Succeed())
+	h1 := f.readyPodWith("h1", map[string]string{"app": "hr"}, time.Hour)
+	h2 := f.readyPodWith("h2", map[string]string{"app": "hr"}, time.Minute)
+	holder, err := testenv.PodClient(f.ctx, env.Config, h1)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	standby, err := testenv.PodClient(f.ctx, env.Config, h2)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	f.g.Eventually(func(g Gomega) {
+		l := f.lease("hr")
+		g.Expect(l.Annotations[fencingv1alpha1.LeaseAnnotationState]).To(Equal("held"))
+		g.Expect(l.Annotations[fencingv1alpha1.LeaseAnnotationHolderUID]).To(Equal(string(h1.UID)))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	renew := func(l *coordinationv1.Lease) *coordinationv1.Lease {
+		l = l.DeepCopy()
+		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+		return l
+	}
+	standbyUser := "system:serviceaccount:" + f.ns + ":default"
+
+	// The holder renews.
+	f.g.Expect(holder.Update(f.ctx, renew(f.lease("hr")))).To(Succeed())
+	// The holder may not change anything else, not even with its renewal.
+	for what, mutate := range map[string]func(*coordinationv1.Lease){
+		"holderIdentity":   func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("h2") },
+		"leaseTransitions": func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To(*l.Spec.LeaseTransitions + 5) },
+		"the fence":        func(l *coordinationv1.Lease) { l.Annotations[fencingv1alpha1.AnnotationFence] = "9223372036854775807" },
+		"the holder UID": func(l *coordinationv1.Lease) {
+			l.Annotations[fencingv1alpha1.LeaseAnnotationHolderUID] = string(h2.UID)
+		},
+		"leaseDuration": func(l *coordinationv1.Lease) { l.Spec.LeaseDurationSeconds = ptr.To[int32](3600) },
+	} {
+		l := renew(f.lease("hr"))
+		mutate(l)
+		err := holder.Update(f.ctx, l)
+		f.g.Expect(err).To(HaveOccurred(), "changing %s", what)
+		expectDenied(f.g, err, `leases.coordination.k8s.io "hr"`, leaseDenied(f.ns, "hr", standbyUser, "change it"+podRule))
+	}
+	// A standby may not renew, nor release.
+	expectDenied(f.g, standby.Update(f.ctx, renew(f.lease("hr"))), `leases.coordination.k8s.io "hr"`,
+		leaseDenied(f.ns, "hr", standbyUser, "change it"+podRule))
+	release := func(l *coordinationv1.Lease) *coordinationv1.Lease {
+		l = l.DeepCopy()
+		l.Annotations[fencingv1alpha1.LeaseAnnotationState] = "released"
+		return l
+	}
+	expectDenied(f.g, standby.Update(f.ctx, release(f.lease("hr"))), `leases.coordination.k8s.io "hr"`,
+		leaseDenied(f.ns, "hr", standbyUser, "change it"+podRule))
+	// Nor may a pod of the other FencedLease (the holder of db).
+	a, err := testenv.PodClient(f.ctx, env.Config, f.a)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	expectDenied(f.g, a.Update(f.ctx, renew(f.lease("hr"))), `leases.coordination.k8s.io "hr"`,
+		leaseDenied(f.ns, "hr", standbyUser, "change it"+podRule))
+	// In renewal Operator, the holder of db may not renew its grant itself.
+	expectDenied(f.g, a.Update(f.ctx, renew(f.lease("db"))), `leases.coordination.k8s.io "db"`,
+		leaseDenied(f.ns, "db", standbyUser, "change it"+podRule))
+
+	// The holder releases; its grant can then no longer be renewed.
+	released := release(f.lease("hr"))
+	f.g.Expect(holder.Update(f.ctx, released)).To(Succeed())
+	expectDenied(f.g, holder.Update(f.ctx, renew(released)), `leases.coordination.k8s.io "hr"`,
+		leaseDenied(f.ns, "hr", standbyUser, "change it"+podRule))
+	// The operator grants the standby at once.
+	f.g.Eventually(func() string { return f.lease("hr").Annotations[fencingv1alpha1.LeaseAnnotationHolderUID] }).
+		WithTimeout(timeout).WithPolling(poll).Should(Equal(string(h2.UID)))
 }

@@ -185,7 +185,11 @@ func (f *fixture) user(name string, groups ...string) client.Client {
 }
 
 func (f *fixture) readyPod(name string, readyFor time.Duration) *corev1.Pod {
-	pod, err := testenv.CreatePod(f.ctx, f.c, testenv.Pod{Namespace: f.ns, Name: name, Labels: appLabels, ServiceAccount: "default"})
+	return f.readyPodWith(name, appLabels, readyFor)
+}
+
+func (f *fixture) readyPodWith(name string, labels map[string]string, readyFor time.Duration) *corev1.Pod {
+	pod, err := testenv.CreatePod(f.ctx, f.c, testenv.Pod{Namespace: f.ns, Name: name, Labels: labels, ServiceAccount: "default"})
 	f.g.Expect(err).NotTo(HaveOccurred())
 	f.g.Expect(testenv.SetReady(f.ctx, f.c, pod, time.Now().Add(-readyFor).Truncate(time.Second))).To(Succeed())
 	return pod

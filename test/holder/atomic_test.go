@@ -1,0 +1,5 @@
+package holder_test
+
+import "sync/atomic"
+
+type atomicBool = atomic.Bool
