@@ -59,6 +59,7 @@ const (
 	EventGranted            = "Granted"
 	EventLost               = "Lost"
 	EventRotated            = "Rotated"
+	EventReleased           = "Released"
 	EventFenceRegression    = "FenceRegression"
 	EventSelectorOverlap    = "SelectorOverlap"
 	EventStaleWriteRejected = "StaleWriteRejected"

@@ -23,11 +23,18 @@ const (
 )
 
 const usage = `Usage:
-  fence run [--dir D] [--grace-period 10s] [--poll-interval 5s] -- CMD [ARG...]
+  fence run [--dir D] [--grace-period 10s] [--poll-interval 5s]
+            [--renewal auto|holder|operator] [--margin 1s] -- CMD [ARG...]
       Run CMD only while this pod holds the lease. CMD gets FENCE_TOKEN and
       FENCE_LEASE; it is stopped (SIGTERM, then SIGKILL after the grace
       period) as soon as holdership is lost, and started again with the new
-      token when this pod becomes the holder again.
+      token when this pod becomes the holder again. With --renewal holder
+      (or auto, when the pod may read its Lease) fence run follows the Lease
+      through the API server and, when the FencedLease has holder renewal,
+      renews its grant itself, starts CMD only after its first renewal and
+      stops it at its own deadline, whatever the files and the API server
+      say. When CMD exits, or fence run is told to stop, it releases the
+      grant so that the next holder need not wait for it to expire.
   fence token [--dir D]
       Print the fencing token. Exit 0 on the holder, 1 on a standby, 2 when
       the token files are absent or malformed.

@@ -16,21 +16,63 @@ import (
 	"github.com/fencedlease/fencedlease/pkg/fence"
 )
 
+// holdership is where fence run learns that this pod holds the lease: the
+// token files (the kubelet's copy of the pod's annotations), or a Session
+// that follows the Lease and, with holder renewal, renews its own grants.
+type holdership interface {
+	HolderContext(ctx context.Context) (context.Context, fence.Token, error)
+	// Release tells the operator that the work has stopped; a no-op when
+	// nothing can be released.
+	Release(ctx context.Context) error
+	Close() error
+}
+
+// files learns holdership from the token files.
+type files struct{ *fence.Watcher }
+
+func (files) Release(context.Context) error { return nil }
+
+// lease learns holdership from a Session.
+type lease struct{ *fence.Session }
+
+func (l lease) HolderContext(ctx context.Context) (context.Context, fence.Token, error) {
+	hctx, g, err := l.Session.HolderContext(ctx)
+	if err != nil {
+		return nil, fence.Token{}, err
+	}
+	return hctx, fence.Token{Role: fence.RoleHolder, Fence: g.Fence, Lease: g.Lease}, nil
+}
+
 // runner runs the command while this pod holds the lease.
 type runner struct {
 	argv   []string
 	grace  time.Duration
-	w      *fence.Watcher
+	h      holdership
 	sigs   chan os.Signal
 	stderr io.Writer
 }
+
+// Values of --renewal.
+const (
+	renewalAuto     = "auto"
+	renewalHolder   = "holder"
+	renewalOperator = "operator"
+)
 
 // runCommand implements fence run.
 func runCommand(args []string, stderr io.Writer) (int, error) {
 	fs, dir := newFlags("run", stderr)
 	grace := fs.Duration("grace-period", 10*time.Second, "time between SIGTERM and SIGKILL when holdership is lost")
 	poll := fs.Duration("poll-interval", fence.DefaultPollInterval, "how often the token files are re-read in case an event was missed")
+	renewal := fs.String("renewal", renewalAuto, "how holdership is learned: holder (follow the Lease through the API server and, with holder renewal, renew it; needs get, watch and update on it), operator (the token files only), or auto (holder when the API server lets this pod read its Lease, operator otherwise)")
+	margin := fs.Duration("margin", fence.DefaultMargin, "with holder renewal: how long before its grant would expire on the operator's clock this pod stops on its own")
 	if err := parseFlags(fs, args); err != nil {
+		return exitUsage, err
+	}
+	if *renewal != renewalAuto && *renewal != renewalHolder && *renewal != renewalOperator {
+		return exitUsage, &usageError{fmt.Sprintf("run: --renewal=%q: want auto, holder or operator", *renewal)}
+	}
+	if err := positiveDuration("margin", *margin); err != nil {
 		return exitUsage, err
 	}
 	if err := positiveDuration("grace-period", *grace); err != nil {
@@ -48,13 +90,52 @@ func runCommand(args []string, stderr io.Writer) (int, error) {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
-	w, err := fence.New(*dir, fence.WithPollInterval(*poll))
+	r := &runner{argv: fs.Args(), grace: *grace, sigs: sigs, stderr: stderr}
+	h, err := r.holdership(*dir, *poll, *renewal, *margin)
 	if err != nil {
 		return exitFailure, fmt.Errorf("run: %w", err)
 	}
-	defer w.Close()
-	r := &runner{argv: fs.Args(), grace: *grace, w: w, sigs: sigs, stderr: stderr}
+	defer h.Close()
+	r.h = h
 	return r.loop()
+}
+
+// holdership picks where holdership is learned. The token files name the
+// FencedLease; with --renewal=holder (or auto, when the API server lets this
+// pod read its Lease) a Session follows the Lease itself.
+func (r *runner) holdership(dir string, poll time.Duration, renewal string, margin time.Duration) (holdership, error) {
+	w, err := fence.New(dir, fence.WithPollInterval(poll))
+	if err != nil {
+		return nil, err
+	}
+	if renewal == renewalOperator {
+		return files{w}, nil
+	}
+	tok, err := w.Current()
+	if err == nil && tok.Lease == "" {
+		err = errors.New("the lease file is empty: no FencedLease selects this pod yet")
+	}
+	if err != nil && renewal == renewalAuto {
+		return files{w}, nil // the files' own error, if any, is reported when they are read
+	}
+	var s *fence.Session
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		s, err = fence.NewSession(ctx, fence.SessionConfig{Lease: tok.Lease, Margin: margin,
+			Logf: func(format string, args ...any) { r.logf(format, args...) }})
+		cancel()
+	}
+	switch {
+	case err == nil:
+		_ = w.Close()
+		r.logf("following Lease %s through the API server as pod %s", tok.Lease, s.Pod())
+		return lease{s}, nil
+	case renewal == renewalHolder:
+		_ = w.Close()
+		return nil, fmt.Errorf("--renewal=holder: %w", err)
+	}
+	r.logf("following the token files (%v)", err)
+	return files{w}, nil
 }
 
 // loop alternates between waiting for holdership and running the command.
@@ -81,7 +162,7 @@ func (r *runner) once() (code int, done bool, err error) {
 	defer cancel()
 	res := make(chan held, 1)
 	go func() {
-		hctx, tok, err := r.w.HolderContext(ctx)
+		hctx, tok, err := r.h.HolderContext(ctx)
 		res <- held{hctx, tok, err}
 	}()
 	var h held
@@ -128,6 +209,12 @@ func (r *runner) supervise(hctx context.Context, tok fence.Token) (int, bool, er
 				r.logf("%s stopped (%v); waiting for holdership", r.argv[0], cmd.ProcessState)
 				return code, false, nil
 			}
+			// The command exited, or fence run was told to terminate and it
+			// has: its work under this grant is over. Hand the lease over at
+			// once rather than let it expire.
+			if hctx.Err() == nil {
+				r.release(tok)
+			}
 			return code, true, nil
 		case sig := <-r.sigs:
 			terminating = true
@@ -141,6 +228,20 @@ func (r *runner) supervise(hctx context.Context, tok fence.Token) (int, bool, er
 			r.logf("%s did not stop within %v; killing it", r.argv[0], r.grace)
 			r.signal(cmd, syscall.SIGKILL)
 		}
+	}
+}
+
+// release ends this pod's grant at once (with a Session); an unknown
+// outcome is not retried: the grant then expires.
+func (r *runner) release(tok fence.Token) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.h.Release(ctx); err != nil {
+		r.logf("%v", err)
+		return
+	}
+	if _, ok := r.h.(lease); ok {
+		r.logf("released the grant with fence %d", tok.Fence)
 	}
 }
 

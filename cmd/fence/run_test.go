@@ -41,7 +41,7 @@ type fenceRun struct {
 func startRun(t *testing.T, dir, script string, env ...string) *fenceRun {
 	t.Helper()
 	r := &fenceRun{log: filepath.Join(t.TempDir(), "child.log"), stderr: &syncBuffer{}, exited: make(chan struct{})}
-	r.cmd = exec.Command(fenceBin, "run", "--dir", dir, "--grace-period", "500ms", "--poll-interval", "1s", "--", "/bin/sh", "-c", script)
+	r.cmd = exec.Command(fenceBin, "run", "--dir", dir, "--renewal", "operator", "--grace-period", "500ms", "--poll-interval", "1s", "--", "/bin/sh", "-c", script)
 	r.cmd.Env = append(append(os.Environ(), "LOG="+r.log), env...)
 	r.cmd.Stdout, r.cmd.Stderr = r.stderr, r.stderr
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -338,4 +338,35 @@ func TestRunKilledTakesChildAlong(t *testing.T) {
 	r.signal(g, syscall.SIGKILL)
 	pid := r.children()[0].PID
 	g.Eventually(func() bool { return processGone(pid) }).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
+}
+
+// TestRunAutoFallsBackToTheFiles: outside a pod there is no API server to
+// follow the Lease through; --renewal auto says so once and follows the
+// token files, --renewal holder refuses to start.
+func TestRunAutoFallsBackToTheFiles(t *testing.T) {
+	g := NewWithT(t)
+	k := newKubelet(t)
+	g.Expect(k.Standby("db")).To(Succeed())
+	out, err := exec.Command(fenceBin, "run", "--dir", k.Dir(), "--renewal", "holder", "--", "true").CombinedOutput()
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(string(out)).To(Equal("fence: run: --renewal=holder: session: not running in a pod: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set\n"))
+
+	cmd := exec.Command(fenceBin, "run", "--dir", k.Dir(), "--", "true")
+	stderr := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	g.Expect(cmd.Start()).To(Succeed())
+	g.Eventually(stderr.String).WithTimeout(eventually).WithPolling(poll).Should(Equal(
+		"fence: following the token files (session: not running in a pod: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set)\n"))
+	g.Expect(cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
+	g.Expect(cmd.Wait()).To(Succeed())
+}
+
+// TestRunRejectsABadRenewal: a bad --renewal is a usage error.
+func TestRunRejectsABadRenewal(t *testing.T) {
+	g := NewWithT(t)
+	out, err := exec.Command(fenceBin, "run", "--renewal", "sometimes", "--", "true").CombinedOutput()
+	var exitErr *exec.ExitError
+	g.Expect(errors.As(err, &exitErr)).To(BeTrue())
+	g.Expect(exitErr.ExitCode()).To(Equal(2))
+	g.Expect(string(out)).To(HavePrefix("fence: run: --renewal=\"sometimes\": want auto, holder or operator\n"))
 }

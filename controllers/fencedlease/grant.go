@@ -136,6 +136,9 @@ func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease) (ctr
 		return ctrl.Result{}, err
 	}
 	s.lease = l
+	if old.State == holder.StateReleased {
+		r.event(ctx, s.fl, eventNormal, fencingv1alpha1.EventReleased, "Pod %s released the grant with fence %d", ptr.Deref(s.lease.Spec.HolderIdentity, ""), old.Fence)
+	}
 	if old.State == holder.StateHeld && old.HolderUID != target.UID {
 		reason := fencingv1alpha1.EventLost
 		if s.plan.Rotation {

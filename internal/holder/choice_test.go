@@ -1,6 +1,7 @@
 package holder
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -115,4 +116,43 @@ func taint(n *corev1.Node, key string) *corev1.Node {
 func taintEffect(n *corev1.Node, key string, effect corev1.TaintEffect) *corev1.Node {
 	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Effect: effect})
 	return n
+}
+
+func TestTerminated(t *testing.T) {
+	done := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	pod := func(phase corev1.PodPhase, states ...corev1.ContainerState) *corev1.Pod {
+		p := &corev1.Pod{Status: corev1.PodStatus{Phase: phase}}
+		for i, st := range states {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: fmt.Sprint(i)})
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: fmt.Sprint(i), State: st})
+		}
+		return p
+	}
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"succeeded, every container terminated", pod(corev1.PodSucceeded, done, done), true},
+		{"failed, every container terminated", pod(corev1.PodFailed, done), true},
+		{"running", pod(corev1.PodRunning, running), false},
+		{"failed by the pod garbage collector, containers last seen running (a gone node)", pod(corev1.PodFailed, running), false},
+		{"failed, one container of two still running", pod(corev1.PodFailed, done, running), false},
+		{"failed without any container status", func() *corev1.Pod {
+			p := pod(corev1.PodFailed)
+			p.Spec.Containers = []corev1.Container{{Name: "app"}}
+			return p
+		}(), false},
+		{"succeeded, an init container still running", func() *corev1.Pod {
+			p := pod(corev1.PodSucceeded, done)
+			p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "init", State: running}}
+			return p
+		}(), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			NewWithT(t).Expect(Terminated(tt.pod)).To(Equal(tt.want))
+		})
+	}
 }

@@ -140,6 +140,9 @@ func decideHeld(in Input) Plan {
 	switch {
 	case !found:
 		return loss(in, IneligibleGone)
+	case holder.Terminated:
+		// The kubelet proves that nothing of the holder runs: as released.
+		return grantOrWait(in, "", "the holder pod terminated", in.Lease.HolderUID)
 	case !holder.Eligible():
 		return loss(in, holder.Ineligible)
 	}
@@ -204,7 +207,8 @@ func decideRevoked(in Input) Plan {
 	if in.Policy.Paused {
 		return Plan{Action: Wait, Waiting: WaitingPaused}
 	}
-	if in.Policy.Takeover != TakeoverImmediate {
+	old, found := Find(in.Candidates, in.Lease.HolderUID)
+	if in.Policy.Takeover != TakeoverImmediate && !(found && old.Terminated) {
 		if left := untilExpiry(in); left > 0 {
 			return Plan{Action: Wait, Waiting: WaitingForExpiry, RequeueAfter: left}
 		}

@@ -30,6 +30,7 @@ func TestDecide(t *testing.T) {
 	}
 	withMaxHold := func(p Policy, d time.Duration) Policy { p.MaxHold = d; return p }
 	holderMode := func(p Policy) Policy { p.Renewal = RenewalHolder; return p }
+	terminated := func(c Candidate) Candidate { c.Terminated = true; return c }
 	heldBy := func(uid types.UID, renewal string) Lease {
 		return Lease{State: StateHeld, HolderUID: uid, Fence: 41, Renewal: renewal}
 	}
@@ -168,6 +169,14 @@ func TestDecide(t *testing.T) {
 		{name: "a released grant is over at once, even with takeover Safe: the next pod is granted",
 			in: Input{Policy: policy(TakeoverSafe), Lease: Lease{State: StateReleased, HolderUID: a.UID, Fence: 41}, Clock: clock(time.Second, time.Minute),
 				Candidates: []Candidate{a, b}},
+			action: Grant, target: "b"},
+		{name: "a holder pod the kubelet reports terminated counts as released: the next pod is granted at once (Safe)",
+			in: Input{Policy: policy(TakeoverSafe), Lease: held(a.UID), Clock: clock(time.Second, time.Minute),
+				Candidates: []Candidate{terminated(deadA), b}},
+			action: Grant, target: "b"},
+		{name: "a revoked grant of a pod that terminated since needs no wait either",
+			in: Input{Policy: policy(TakeoverSafe), Lease: revoked(a.UID), Clock: clock(time.Second, time.Minute),
+				Candidates: []Candidate{terminated(deadA), b}},
 			action: Grant, target: "b"},
 		{name: "a released grant while paused grants nothing",
 			in: Input{Policy: paused(policy(TakeoverSafe)), Lease: Lease{State: StateReleased, HolderUID: a.UID, Fence: 41}, Clock: clock(time.Second, time.Minute),

@@ -31,6 +31,10 @@ type Candidate struct {
 	ReadySince time.Time
 	// Ineligible is why the pod may not hold the lease; empty when it may.
 	Ineligible string
+	// Terminated says that the kubelet reported every container of the pod
+	// terminated for good (phase Succeeded or Failed): nothing of it runs
+	// any more, so a grant it holds is as good as released.
+	Terminated bool
 }
 
 // Eligible reports whether the candidate may hold the lease.
@@ -51,7 +55,7 @@ func (c Candidate) Eligible() bool { return c.Ineligible == "" }
 // default). A pod on a node that is not Ready, or that carries the
 // unreachable or not-ready NoExecute taint, is therefore not eligible.
 func NewCandidate(pod *corev1.Pod, overlapping bool, node *corev1.Node) Candidate {
-	c := Candidate{Name: pod.Name, UID: pod.UID, NodeName: pod.Spec.NodeName}
+	c := Candidate{Name: pod.Name, UID: pod.UID, NodeName: pod.Spec.NodeName, Terminated: Terminated(pod)}
 	ready := false
 	for _, cond := range pod.Status.Conditions {
 		if cond.Type == corev1.ContainersReady {
@@ -96,4 +100,27 @@ func NodeLost(name string, node *corev1.Node) string {
 		}
 	}
 	return ""
+}
+
+// Terminated says whether the kubelet has reported the pod finished: phase
+// Succeeded or Failed, and every container (init containers included) in
+// state terminated. The phase alone is not enough: the pod garbage collector
+// marks a pod Failed when it deletes it from a node that is gone, while its
+// processes may still run there; only the kubelet writes container states.
+// A pod that merely vanished (force-deleted on a lost node) is never
+// terminated.
+func Terminated(pod *corev1.Pod) bool {
+	if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+		return false
+	}
+	statuses := append(append([]corev1.ContainerStatus(nil), pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
+	if len(pod.Status.ContainerStatuses) < len(pod.Spec.Containers) {
+		return false
+	}
+	for _, cs := range statuses {
+		if cs.State.Terminated == nil {
+			return false
+		}
+	}
+	return true
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/holder"
 )
 
 // checker verifies the invariants of DESIGN §6 after every write:
@@ -130,6 +131,18 @@ func published(p *corev1.Pod) (string, int64) {
 }
 
 func (c *checker) checkPod(s *Sim, k objKey, pod, old *corev1.Pod, writer string) {
+	if pod != nil && holder.Terminated(pod) {
+		// The kubelet reports every container terminated: nothing of the pod
+		// runs, as after a release.
+		c.procs.of(pod.UID).until = time.Time{}
+		for name, fences := range c.holderOf {
+			for f, uid := range fences {
+				if uid == pod.UID {
+					delete(c.validUntil[name], f)
+				}
+			}
+		}
+	}
 	lease, fence := published(pod)
 	if ol, of := published(old); ol != "" && (ol != lease || of != fence) {
 		if c.lost[ol] == nil {

@@ -7,11 +7,14 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/holder"
 )
 
 // holderProc is the process in a pod that renews its own grant (holder
@@ -65,6 +68,10 @@ func (w *world) holderStep() bool {
 		return false
 	}
 	p := w.sim.checker.procs.of(uid)
+	if pod := w.podByUID(uid); pod == nil || holder.Terminated(pod) {
+		p.until = time.Time{} // nothing of the pod runs any more
+		return false
+	}
 	switch n := w.sim.rng.Intn(20); {
 	case n == 0:
 		p.paused = !p.paused
@@ -122,4 +129,18 @@ func releasedFence(l *coordinationv1.Lease) (int64, bool) {
 	}
 	f, err := strconv.ParseInt(l.Annotations[fencingv1alpha1.AnnotationFence], 10, 64)
 	return f, err == nil
+}
+
+// podByUID returns the pod with that UID as stored now, or nil.
+func (w *world) podByUID(uid types.UID) *corev1.Pod {
+	var list corev1.PodList
+	if err := w.sim.store.list(w.sim.store.rev, &list, client.InNamespace(w.namespace)); err != nil {
+		return nil
+	}
+	for i := range list.Items {
+		if list.Items[i].UID == uid {
+			return &list.Items[i]
+		}
+	}
+	return nil
 }

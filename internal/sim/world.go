@@ -141,7 +141,7 @@ func (w *world) change() bool {
 // pods come and go and nodes fail often, users reconfigure or delete things
 // rarely.
 var changeWeights = map[string]int{
-	"pod-ready": 12, "pod-not-ready": 8, "pod-failed": 2, "pod-delete": 4, "pod-gone": 4, "pod-create": 6,
+	"pod-ready": 12, "pod-not-ready": 8, "pod-failed": 2, "pod-completed": 2, "pod-delete": 4, "pod-gone": 4, "pod-create": 6,
 	"pod-relabel": 2, "pod-team": 2, "node-lost": 2, "node-back": 4,
 	"lease-delete": 1, "other-toggle": 2, "takeover-toggle": 1, "paused-toggle": 1, "maxhold-toggle": 1, "fencedlease-gone": 1,
 	"renewal-toggle": 1,
@@ -156,6 +156,7 @@ func (w *world) changes() map[string]func() (bool, error) {
 		"pod-not-ready": func() (bool, error) {
 			return w.onPod(func(p *corev1.Pod) bool { return setReady(p, w.now(), false) }, true)
 		},
+		"pod-completed": func() (bool, error) { return w.onPod(completed, true) },
 		"pod-failed": func() (bool, error) {
 			return w.onPod(func(p *corev1.Pod) bool { p.Status.Phase = corev1.PodFailed; return true }, true)
 		},
@@ -251,6 +252,19 @@ func setReady(p *corev1.Pod, at time.Time, ready bool) bool {
 			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: typ, Status: status, LastTransitionTime: t})
 		}
 	}
+	return true
+}
+
+// completed is the kubelet reporting a pod finished: every container
+// terminated, phase Succeeded.
+func completed(p *corev1.Pod) bool {
+	p.Status.Phase = corev1.PodSucceeded
+	p.Status.ContainerStatuses = nil
+	for _, c := range p.Spec.Containers {
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}})
+	}
+	setReady(p, time.Now(), false)
 	return true
 }
 

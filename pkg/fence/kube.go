@@ -20,7 +20,10 @@ import (
 
 // In-cluster locations of the pod's service-account credentials.
 const (
-	serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+	// ServiceAccountDir is where the kubelet mounts the pod's service-account
+	// token, CA and namespace; $FENCE_SERVICEACCOUNT_DIR overrides it (to run
+	// a workload outside a pod against a real API server, as tests do).
+	ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 	// Annotations the operator keeps on the Lease of a FencedLease.
 	leaseHolderUID     = "fencedlease.io/holder-uid"
 	leaseState         = "fencedlease.io/state"
@@ -59,7 +62,8 @@ func InClusterAPI() (*APIConfig, error) {
 	if host == "" || port == "" {
 		return nil, errors.New("not running in a pod: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set")
 	}
-	ca, err := os.ReadFile(serviceAccountDir + "/ca.crt")
+	dir := serviceAccountDir()
+	ca, err := os.ReadFile(dir + "/ca.crt")
 	if err != nil {
 		return nil, fmt.Errorf("read the service account's CA: %w", err)
 	}
@@ -67,7 +71,7 @@ func InClusterAPI() (*APIConfig, error) {
 		Host:   "https://" + net.JoinHostPort(host, port),
 		CAData: ca,
 		Token: func() (string, error) {
-			b, err := os.ReadFile(serviceAccountDir + "/token")
+			b, err := os.ReadFile(dir + "/token")
 			return strings.TrimSpace(string(b)), err
 		},
 	}, nil
@@ -75,11 +79,18 @@ func InClusterAPI() (*APIConfig, error) {
 
 // InClusterNamespace is the pod's namespace, from its service account.
 func InClusterNamespace() (string, error) {
-	b, err := os.ReadFile(serviceAccountDir + "/namespace")
+	b, err := os.ReadFile(serviceAccountDir() + "/namespace")
 	if err != nil {
 		return "", fmt.Errorf("read the pod's namespace: %w", err)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+func serviceAccountDir() string {
+	if d := os.Getenv("FENCE_SERVICEACCOUNT_DIR"); d != "" {
+		return d
+	}
+	return ServiceAccountDir
 }
 
 // apiClient makes the few API calls holder renewal needs.
