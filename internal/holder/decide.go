@@ -208,7 +208,7 @@ func decideRevoked(in Input) Plan {
 		return Plan{Action: Wait, Waiting: WaitingPaused}
 	}
 	old, found := Find(in.Candidates, in.Lease.HolderUID)
-	if in.Policy.Takeover != TakeoverImmediate && !(found && old.Terminated) {
+	if terminated := found && old.Terminated; in.Policy.Takeover != TakeoverImmediate && !terminated {
 		if left := untilExpiry(in); left > 0 {
 			return Plan{Action: Wait, Waiting: WaitingForExpiry, RequeueAfter: left}
 		}
