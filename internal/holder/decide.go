@@ -223,7 +223,24 @@ func decidePending(in Input) Plan {
 	}
 	// A grant whose outcome was never confirmed is never published: it is
 	// superseded by a fresh grant with a new, higher fence.
-	return grantOrWait(in, in.Lease.HolderUID, "superseding a grant that was never committed")
+	plan := grantOrWait(in, in.Lease.HolderUID, "superseding a grant that was never committed")
+	if plan.Action != Grant || plan.Target.UID == in.Lease.HolderUID || in.Policy.Takeover == TakeoverImmediate {
+		return plan
+	}
+	// The pending grant may have replaced a committed grant to the same pod
+	// (a fresh grant after a renewal-mode change) that is still valid: any
+	// other valid grant was ruled out when the pending one was written (Safe
+	// waits for expiry). That grant was last renewed before the pending one
+	// was written, so a lease duration after this operator first saw the
+	// pending grant it has surely expired. A pod the kubelet reports
+	// terminated runs nothing, and needs no wait.
+	if pending, found := Find(in.Candidates, in.Lease.HolderUID); found && pending.Terminated {
+		return plan
+	}
+	if left := untilExpiry(in); left > 0 {
+		return Plan{Action: Wait, Why: "the pending grant's pod is not eligible", Waiting: WaitingForExpiry, RequeueAfter: left}
+	}
+	return plan
 }
 
 func grantOrWait(in Input, current types.UID, why string, avoid ...types.UID) Plan {

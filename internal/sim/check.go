@@ -52,7 +52,12 @@ type checker struct {
 	immediate map[string]bool
 	status    map[types.UID]*statusRecord
 	// procs are the holder processes of holder renewal: what they believe.
-	procs      holders
+	procs holders
+	// terminated are the pods the kubelet reported with every container
+	// terminated. A terminal phase is final, so nothing of such a pod ever
+	// runs again: a renewal of its grant written later (by a replica whose
+	// cache has not seen the termination yet) revives no one.
+	terminated map[types.UID]bool
 	violations []string
 }
 
@@ -75,6 +80,7 @@ func newChecker() *checker {
 		immediate:    map[string]bool{},
 		status:       map[types.UID]*statusRecord{},
 		procs:        holders{},
+		terminated:   map[types.UID]bool{},
 	}
 }
 
@@ -135,6 +141,7 @@ func (c *checker) checkPod(s *Sim, k objKey, pod, old *corev1.Pod, writer string
 		// The kubelet reports every container terminated: nothing of the pod
 		// runs, as after a release.
 		c.procs.of(pod.UID).until = time.Time{}
+		c.terminated[pod.UID] = true
 		for name, fences := range c.holderOf {
 			for f, uid := range fences {
 				if uid == pod.UID {
@@ -241,6 +248,9 @@ func (c *checker) checkLease(s *Sim, k objKey, l, old *coordinationv1.Lease) {
 	if state == fencingv1alpha1.LeaseStateHeld && (old == nil || old.Annotations[fencingv1alpha1.LeaseAnnotationState] != state ||
 		renewTime(old) != renewTime(l)) {
 		fence, _ := strconv.ParseInt(l.Annotations[fencingv1alpha1.AnnotationFence], 10, 64)
+		if c.terminated[types.UID(l.Annotations[fencingv1alpha1.LeaseAnnotationHolderUID])] {
+			return
+		}
 		d := time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0)) * time.Second
 		if c.validUntil[k.name] == nil {
 			c.validUntil[k.name] = map[int64]time.Time{}

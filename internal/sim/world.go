@@ -255,6 +255,12 @@ func setReady(p *corev1.Pod, at time.Time, ready bool) bool {
 	return true
 }
 
+// terminal says whether a pod's phase is Succeeded or Failed: the kubelet
+// never moves such a pod back to Running.
+func terminal(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
 // completed is the kubelet reporting a pod finished: every container
 // terminated, phase Succeeded.
 func completed(p *corev1.Pod) bool {
@@ -294,7 +300,7 @@ func (w *world) pickPod() *corev1.Pod {
 // onPod changes a random pod, its status or its metadata.
 func (w *world) onPod(mutate func(*corev1.Pod) bool, status bool) (bool, error) {
 	pod := w.pickPod()
-	if pod == nil || !mutate(pod) {
+	if pod == nil || status && terminal(pod) || !mutate(pod) {
 		return false, nil
 	}
 	if status {
