@@ -119,15 +119,21 @@ func (f *fixture) waitHolder(name string) (string, int64) {
 	f.t.Helper()
 	var pod string
 	var fence int64
+	key := types.NamespacedName{Namespace: f.ns, Name: name}
 	f.g.Eventually(func(g Gomega) {
-		fl := f.get(name)
+		// Inside Eventually every read goes through g: a Lease deleted and
+		// not yet re-created is something to wait out, not a failure.
+		fl := &fencingv1alpha1.FencedLease{}
+		g.Expect(f.c.Get(f.ctx, key, fl)).To(Succeed())
 		g.Expect(fl.Status.Holder).NotTo(BeNil())
 		g.Expect(meta.IsStatusConditionTrue(fl.Status.Conditions, fencingv1alpha1.ConditionHeld)).To(BeTrue())
 		pod, fence = fl.Status.Holder.PodName, fl.Status.Fence
 		role, got := f.published(pod)
 		g.Expect(role).To(Equal(fencingv1alpha1.RoleHolder))
 		g.Expect(got).To(Equal(strconv.FormatInt(fence, 10)))
-		g.Expect(f.lease(name).Annotations[fencingv1alpha1.AnnotationFence]).To(Equal(got))
+		l := &coordinationv1.Lease{}
+		g.Expect(f.c.Get(f.ctx, key, l)).To(Succeed())
+		g.Expect(l.Annotations[fencingv1alpha1.AnnotationFence]).To(Equal(got))
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 	return pod, fence
 }
