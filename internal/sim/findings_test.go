@@ -261,3 +261,40 @@ func TestForgedPodFenceDoesNotBlockGrants(t *testing.T) {
 		}
 	}
 }
+
+// Found by the simulation (seed 259): a renewal-mode change gives the holder
+// a fresh grant, and the replica that wrote it (pending) crashes before it
+// commits it. The holder's containers then stop being ready. Superseding the
+// pending grant must not grant another pod at once under Safe takeover: the
+// committed grant it replaced is still valid until a lease duration after its
+// last renewal.
+func TestPendingRegrantKeepsTheSafeWait(t *testing.T) {
+	sc, g := script(t, 1)
+	g.Expect(sc.FencedLease("db", app, nil)).To(Succeed())
+	g.Expect(sc.Pod("a", "n0", app, time.Hour)).To(Succeed())
+	g.Expect(sc.Pod("b", "n1", app, time.Minute)).To(Succeed())
+	first := holds(g, sc, "a")
+
+	g.Expect(sc.UpdateFencedLease("db", func(fl *fencingv1alpha1.FencedLease) {
+		fl.Spec.Renewal = fencingv1alpha1.RenewalHolder
+	})).To(Succeed())
+	sc.Start(0, "db")
+	g.Expect(sc.RunUntil(0, "db", "update Lease")).To(BeTrue())
+	sc.Step(0, "db") // the fresh grant to a, pending
+	g.Expect(lease(g, sc, "db").Annotations[fencingv1alpha1.LeaseAnnotationState]).To(Equal("pending"))
+	sc.Crash(0)
+
+	g.Expect(sc.SetReady("a", false)).To(Succeed())
+	sc.Advance(3 * time.Second) // past the pending grace
+	sc.Settle(0, "db", 5)
+	g.Expect(sc.Holders("db")).To(BeEmpty())
+	g.Expect(lease(g, sc, "db").Annotations[fencingv1alpha1.LeaseAnnotationHolderUID]).NotTo(BeEmpty())
+	sc.Advance(5 * time.Second) // the grace is long past, 5s into the lease the restarted replica first saw
+	sc.Settle(0, "db", 5)
+	g.Expect(sc.Holders("db")).To(BeEmpty())
+	g.Expect(lease(g, sc, "db").Annotations[fencingv1alpha1.LeaseAnnotationState]).To(Equal("pending"))
+
+	sc.Advance(6 * time.Second)
+	second := holds(g, sc, "b")
+	g.Expect(second).To(BeNumerically(">", first))
+}

@@ -222,6 +222,18 @@ func (sc *Script) FencedLease(name string, labels map[string]string, mutate func
 	return sc.s.world.write(sc.s.world.create(fl))
 }
 
+// UpdateFencedLease changes a FencedLease's spec, as its user would.
+func (sc *Script) UpdateFencedLease(name string, mutate func(*fencingv1alpha1.FencedLease)) error {
+	w := sc.s.world
+	fl := &fencingv1alpha1.FencedLease{}
+	if err := w.c().Get(w.ctx, types.NamespacedName{Namespace: w.namespace, Name: name}, fl); err != nil {
+		return err
+	}
+	mutate(fl)
+	sc.s.tracef("world: update FencedLease %s", name)
+	return w.write(fl, w.c().Update(w.ctx, fl))
+}
+
 // Pod creates a Running pod on a node, its containers ready for readyFor.
 func (sc *Script) Pod(name, node string, labels map[string]string, readyFor time.Duration) error {
 	w := sc.s.world
