@@ -65,7 +65,7 @@ verify: control-plane generate manifests helm-lint ## Fail when generated code, 
 .PHONY: helm-lint
 helm-lint: $(HELM) ## Lint the Helm chart, with its default values and with every option turned on.
 	$(HELM) lint --strict $(CHART)
-	$(HELM) lint --strict $(CHART) --set certManager.enabled=true --set metrics.serviceMonitor.enabled=true --set replicaCount=3
+	$(HELM) lint --strict $(CHART) --set certManager.enabled=true --set metrics.serviceMonitor.enabled=true --set replicaCount=3 --set policies.podBoundTokens.enabled=true
 
 ##@ Test
 

@@ -14,9 +14,10 @@ import (
 	"github.com/fencedlease/fencedlease/internal/webhook/podinject"
 )
 
-// Defaults of WebhookOptions: the names of the default install (config/ and
-// the Helm chart). The operator's RBAC names the configurations and the
-// Secret (resourceNames): change them together.
+// Defaults of WebhookOptions: the names in config/webhook as written, which
+// the test suites install unchanged. Both install paths prefix the names
+// (config/default and the Helm chart) and pass them with the flags, and
+// rewrite the operator's RBAC resourceNames to match.
 const (
 	// DefaultNamespace is the operator's namespace when $POD_NAMESPACE is
 	// not set.

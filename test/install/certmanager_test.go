@@ -28,7 +28,9 @@ import (
 // and its CA injector would (a CA-signed certificate in the Secret, the CA in
 // the annotated webhook configurations). The operator, with the narrower
 // RBAC of that mode, must load the certificate, become Ready and serve
-// admission; and it must not be able to write the webhook configurations.
+// admission; it must not be able to write other Secrets or other webhook
+// configurations. Its own two it still updates, to write the webhooks' path
+// token into them.
 func TestOperatorWithCertManagerCertificate(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -132,8 +134,12 @@ func TestOperatorWithCertManagerCertificate(t *testing.T) {
 		{"get", "", "secrets", "fencedlease-webhook-cert", ns, true},
 		{"get", "", "secrets", "unrelated", ns, false},
 		{"update", "", "secrets", "fencedlease-webhook-cert", ns, false},
-		{"update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "fencedlease-fencedlease-fencing", "", false},
-		{"update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "fencedlease-pod-injector", "", false},
+		{"get", "", "secrets", "fencedlease-webhook-token", ns, true},
+		{"update", "", "secrets", "fencedlease-webhook-token", ns, false},
+		{"update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "fencedlease-fencedlease-fencing", "", true},
+		{"update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "fencedlease-fencedlease-pod-injector", "", true},
+		{"update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "another-webhook", "", false},
+		{"update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "another-webhook", "", false},
 		{"list", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "", false},
 		{"get", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "fencedlease-fencedlease-fencing", "", true},
 	} {

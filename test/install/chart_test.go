@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -96,9 +97,21 @@ func checkReferences(t *testing.T, objs []*unstructured.Unstructured, prefix, ns
 	}
 	g.Expect(rendered).To(ConsistOf(append(validating, mutating...)))
 	g.Expect(rendered).To(HaveLen(2))
+	// The same two configurations get the webhooks' path token: a name the
+	// operator does not find is skipped, and the API server would keep
+	// calling a path that is not served.
+	g.Expect(args(c, "fencing-webhook-configuration")).To(Equal(validating))
+	g.Expect(args(c, "pod-webhook-configuration")).To(Equal(mutating))
 
 	secret := args(c, "webhook-cert-secret")
 	g.Expect(secret).To(HaveLen(1))
+	// The Secret of the path token, which the operator creates in its own
+	// namespace.
+	tokenSecret := args(c, "webhook-token-secret")
+	g.Expect(tokenSecret).To(HaveLen(1))
+	tokenNS, token, _ := strings.Cut(tokenSecret[0], "/")
+	g.Expect(tokenNS).To(Equal(ns))
+	g.Expect(token).To(HavePrefix(prefix + "-"))
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "Role", "ClusterRole":
@@ -107,7 +120,9 @@ func checkReferences(t *testing.T, objs []*unstructured.Unstructured, prefix, ns
 					for _, n := range r.ResourceNames {
 						switch res {
 						case "secrets":
-							g.Expect(n).To(Equal(secret[0]), "%s %s", o.GetKind(), o.GetName())
+							g.Expect(o.GetKind()).To(Equal("Role"), "%s %s: Secrets of its own namespace only", o.GetKind(), o.GetName())
+							g.Expect(o.GetNamespace()).To(Equal(ns), "%s %s", o.GetKind(), o.GetName())
+							g.Expect(n).To(BeElementOf(secret[0], token), "%s %s", o.GetKind(), o.GetName())
 						case "validatingwebhookconfigurations":
 							g.Expect(validating).To(ContainElement(n), "%s %s", o.GetKind(), o.GetName())
 						case "mutatingwebhookconfigurations":
@@ -124,8 +139,39 @@ func checkReferences(t *testing.T, objs []*unstructured.Unstructured, prefix, ns
 			for _, s := range b.Subjects {
 				g.Expect(s).To(Equal(rbacv1.Subject{Kind: "ServiceAccount", Name: sa.GetName(), Namespace: ns}), "%s %s", o.GetKind(), o.GetName())
 			}
+		case "ValidatingAdmissionPolicyBinding":
+			b := into[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, o)
+			find(t, objs, "ValidatingAdmissionPolicy", b.Spec.PolicyName)
+		case "ValidatingAdmissionPolicy":
+			// The policy knows the operator by the name it runs as.
+			for _, v := range into[admissionregistrationv1.ValidatingAdmissionPolicy](t, o).Spec.Variables {
+				if v.Name == "operatorUsers" {
+					g.Expect(v.Expression).To(Equal("['"+args(c, "operator-user")[0]+"']"), "%s %s", o.GetKind(), o.GetName())
+				}
+			}
 		}
 	}
+}
+
+// releaseRules are the rules of a generated role as an install must grant
+// them: the webhook configurations that resourceNames name (as
+// config/webhook names them) by their installed names, prefix + "-" + name,
+// and other names (the path token's Secret) as they are.
+func releaseRules(rules []rbacv1.PolicyRule, prefix string) []rbacv1.PolicyRule {
+	var out []rbacv1.PolicyRule
+	for _, r := range rules {
+		r = *r.DeepCopy()
+		for _, res := range r.Resources {
+			if strings.HasSuffix(res, "webhookconfigurations") {
+				for i, n := range r.ResourceNames {
+					r.ResourceNames[i] = prefix + "-" + n
+				}
+				break
+			}
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // TestChartDefaults: what the default values install.
@@ -168,10 +214,26 @@ func TestChartDefaults(t *testing.T) {
 		g.Expect(o.GetAnnotations()).NotTo(HaveKey("cert-manager.io/inject-ca-from"))
 	}
 
-	// The manager's rules are controller-gen's, not a copy by hand.
+	// The manager's rules are controller-gen's, not a copy by hand, but for
+	// the names of the webhook configurations, which are the release's.
 	role := into[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "fencedlease-manager-role"))
-	generated := readRole(t, "config/rbac/role.yaml")
-	g.Expect(role.Rules).To(Equal(generated.Rules))
+	generated := readRole(t, "config/rbac/role.yaml", "ClusterRole")
+	g.Expect(role.Rules).To(Equal(releaseRules(generated.Rules, "fencedlease")))
+	// And so are the rules for its own namespace: the path token's Secret.
+	nsRole := into[rbacv1.Role](t, find(t, objs, "Role", "fencedlease-manager-role"))
+	g.Expect(nsRole.Namespace).To(Equal(defaultNamespace))
+	g.Expect(nsRole.Rules).To(Equal(readRole(t, "config/rbac/role.yaml", "Role").Rules))
+	g.Expect(args(c, "webhook-token-secret")).To(Equal([]string{defaultNamespace + "/fencedlease-webhook-token"}))
+	nsBinding := into[rbacv1.RoleBinding](t, find(t, objs, "RoleBinding", "fencedlease-manager-rolebinding"))
+	g.Expect(nsBinding.Namespace).To(Equal(defaultNamespace))
+	g.Expect(nsBinding.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "fencedlease-manager-role"}))
+
+	// The admission policy is installed; the opt-in one is not.
+	find(t, objs, "ValidatingAdmissionPolicy", "fencedlease-fencedlease-operator-state")
+	find(t, objs, "ValidatingAdmissionPolicyBinding", "fencedlease-fencedlease-operator-state")
+	for _, o := range objs {
+		g.Expect(o.GetName()).NotTo(HaveSuffix("pod-bound-tokens"), "policies.podBoundTokens.enabled is false")
+	}
 
 	workload := into[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "fencedlease-workload"))
 	g.Expect(workload.Rules).To(Equal([]rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "watch", "update"}}}))
@@ -262,6 +324,22 @@ func TestChartCustomValues(t *testing.T) {
 	for _, o := range objs {
 		g.Expect(o.GetName()).NotTo(Equal("fencedlease-workload"), "workloadRole.create=false")
 	}
+
+	// The policy lets the break-glass principals of the values delete an
+	// owned Lease, as the webhook lets them write protected objects.
+	vap := into[admissionregistrationv1.ValidatingAdmissionPolicy](t, find(t, objs, "ValidatingAdmissionPolicy", "fencedlease-fencedlease-operator-state"))
+	vars := map[string]string{}
+	for _, v := range vap.Spec.Variables {
+		vars[v.Name] = v.Expression
+	}
+	g.Expect(vars).To(HaveKeyWithValue("breakGlassUsers", "['alice']"))
+	g.Expect(vars).To(HaveKeyWithValue("breakGlassGroups", "['sre:break-glass']"))
+	// The opt-in policy, named and bound as the release's.
+	tokens := into[admissionregistrationv1.ValidatingAdmissionPolicy](t, find(t, objs, "ValidatingAdmissionPolicy", "fencedlease-fencedlease-pod-bound-tokens"))
+	g.Expect(tokens.Spec.Validations[0].MessageExpression).To(ContainSubstring("(policy fencedlease-fencedlease-pod-bound-tokens)"))
+	binding := into[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, find(t, objs, "ValidatingAdmissionPolicyBinding", "fencedlease-fencedlease-pod-bound-tokens"))
+	g.Expect(binding.Spec.PolicyName).To(Equal("fencedlease-fencedlease-pod-bound-tokens"))
+	g.Expect(binding.Spec.ValidationActions).To(Equal([]admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}))
 }
 
 // TestChartHelmTestHook: the test hook runs in tests.namespace, as a
@@ -369,17 +447,28 @@ func keys[V any](m map[string]V) []string {
 	return out
 }
 
-func readRole(t *testing.T, path string) *rbacv1.ClusterRole {
+// readRole reads the one object of the kind (ClusterRole or Role) in the
+// file.
+func readRole(t *testing.T, path, kind string) *rbacv1.ClusterRole {
 	t.Helper()
 	data, err := os.ReadFile(repoPath(path))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r rbacv1.ClusterRole
-	if err := yaml.Unmarshal(data, &r); err != nil {
-		t.Fatalf("%s: %v", path, err)
+	var found []*rbacv1.ClusterRole
+	for _, doc := range regexp.MustCompile(`(?m)^---[ \t]*$`).Split(string(data), -1) {
+		var r rbacv1.ClusterRole
+		if err := yaml.Unmarshal([]byte(doc), &r); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if r.Kind == kind {
+			found = append(found, &r)
+		}
 	}
-	return &r
+	if len(found) != 1 {
+		t.Fatalf("%s: %d objects of kind %s, want one", path, len(found), kind)
+	}
+	return found[0]
 }
 
 // TestChartCopiesOfConfig: the chart reads exact copies of config/ (make
@@ -393,6 +482,26 @@ func TestChartCopiesOfConfig(t *testing.T) {
 		b, err := os.ReadFile(repoPath(dst))
 		g.Expect(err).NotTo(HaveOccurred(), "%s has no copy in the chart: run make manifests", src)
 		g.Expect(bytes.Equal(a, b)).To(BeTrue(), "%s differs from %s: run make manifests", dst, src)
+	}
+	// files lists the files under dir, subdirectories included, by their
+	// paths relative to dir.
+	files := func(dir string, keep func(string) bool) []string {
+		var out []string
+		err := filepath.WalkDir(repoPath(dir), func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			rel, err := filepath.Rel(repoPath(dir), path)
+			if err == nil && keep(rel) {
+				out = append(out, rel)
+			}
+			return err
+		})
+		if os.IsNotExist(err) {
+			return nil
+		}
+		g.Expect(err).NotTo(HaveOccurred())
+		return out
 	}
 	list := func(dir string, keep func(string) bool) []string {
 		entries, err := os.ReadDir(repoPath(dir))
@@ -428,8 +537,10 @@ func TestChartCopiesOfConfig(t *testing.T) {
 	for _, f := range hooks {
 		same(filepath.Join("config/webhook", f), filepath.Join(chartDir, "files/webhook", f))
 	}
-	policies := list("config/policy", func(name string) bool { return name != "kustomization.yaml" })
-	g.Expect(list(chartDir+"/files/policy", all)).To(Equal(policies))
+	// The policies installed by default and the opt-in ones (optional/).
+	policies := files("config/policy", func(name string) bool { return filepath.Base(name) != "kustomization.yaml" })
+	g.Expect(policies).To(ContainElement(filepath.Join("optional", "pod-bound-tokens.yaml")))
+	g.Expect(files(chartDir+"/files/policy", all)).To(Equal(policies))
 	for _, f := range policies {
 		same(filepath.Join("config/policy", f), filepath.Join(chartDir, "files/policy", f))
 	}

@@ -612,15 +612,22 @@ func leastPrivilege(t *testing.T, op *operator, wns string) {
 		{ns, "get", "", "secrets", "fencedlease-webhook-cert", true},
 		{ns, "update", "", "secrets", "fencedlease-webhook-cert", true},
 		{ns, "update", "", "secrets", "another-secret", false},
-		{ns, "create", "", "secrets", "", false},
 		{ns, "delete", "", "secrets", "fencedlease-webhook-cert", false},
-		// Only its own webhook configurations, and only their CA bundle's
-		// update.
+		// The Secret of the webhooks' path token, which it creates in its own
+		// namespace (RBAC cannot narrow create to one name) and never
+		// changes.
+		{ns, "create", "", "secrets", "", true},
+		{ns, "get", "", "secrets", "fencedlease-webhook-token", true},
+		{ns, "update", "", "secrets", "fencedlease-webhook-token", false},
+		{ns, "delete", "", "secrets", "fencedlease-webhook-token", false},
+		// Only its own webhook configurations, and only their update (the CA
+		// bundle, the path token).
 		{"", "update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "fencedlease-fencedlease-fencing", true},
-		{"", "update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "fencedlease-pod-injector", true},
+		{"", "update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "fencedlease-fencedlease-pod-injector", true},
 		{"", "update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "another-webhook", false},
 		{"", "update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "another-webhook", false},
 		{"", "delete", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "fencedlease-fencedlease-fencing", false},
+		{"", "delete", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "fencedlease-fencedlease-pod-injector", false},
 		{"", "create", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", false},
 		// No way to act as a workload's pod, or to widen its own rights.
 		{wns, "create", "", "serviceaccounts/token", "default", false},

@@ -49,6 +49,9 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "fencedlease.serviceAc
 {{- define "fencedlease.certSecret" -}}
 {{ include "fencedlease.fullname" . }}-webhook-cert
 {{- end }}
+{{- define "fencedlease.tokenSecret" -}}
+{{ include "fencedlease.fullname" . }}-webhook-token
+{{- end }}
 {{- define "fencedlease.certificate" -}}
 {{ include "fencedlease.fullname" . }}-serving-cert
 {{- end }}
@@ -75,11 +78,112 @@ source object). Returned as YAML: {"items": [...]}.
 {{- toYaml (dict "items" $items) }}
 {{- end }}
 
-{{/* Rules of a role in files/rbac: copies of config/rbac. */}}
-{{- define "fencedlease.rulesFrom" -}}
-{{- $obj := fromYaml (.root.Files.Get .file) }}
-{{- if not $obj.rules }}
-{{- fail (printf "%s has no rules: run make manifests" .file) }}
+{{/*
+The name in this release of the one webhook configuration of kind .kind in
+files/webhook (the operator takes one configuration of each kind: the
+fencing webhook's and the pod webhook's).
+*/}}
+{{- define "fencedlease.webhookConfigurationOf" -}}
+{{- $kind := .kind }}
+{{- $names := list }}
+{{- range (include "fencedlease.webhookConfigurations" .root | fromYaml).items }}
+{{- if eq .kind $kind }}
+{{- $names = append $names .name }}
 {{- end }}
-{{- toYaml $obj.rules }}
+{{- end }}
+{{- if ne (len $names) 1 }}
+{{- fail (printf "files/webhook has %d objects of kind %s, want one" (len $names) $kind) }}
+{{- end }}
+{{- first $names }}
+{{- end }}
+
+{{/*
+The names in this release of what the generated rules (files/rbac/role.yaml)
+name by resourceNames. Those rules come from the +kubebuilder:rbac markers,
+which name the objects as config/ does before kustomize's namePrefix (the
+operator's defaults): the webhook configurations of files/webhook, which
+become "<fullname>-<name>", and the Secret with the webhooks' path token,
+which the operator creates as --webhook-token-secret. Returned as YAML:
+{resource: {name in config/: name in this release}}.
+*/}}
+{{- define "fencedlease.resourceNames" -}}
+{{- $validating := dict }}
+{{- $mutating := dict }}
+{{- range (include "fencedlease.webhookConfigurations" . | fromYaml).items }}
+{{- if eq .kind "ValidatingWebhookConfiguration" }}
+{{- $_ := set $validating .object.metadata.name .name }}
+{{- else }}
+{{- $_ := set $mutating .object.metadata.name .name }}
+{{- end }}
+{{- end }}
+{{- $secrets := dict "fencedlease-webhook-token" (include "fencedlease.tokenSecret" .) }}
+{{- toYaml (dict "validatingwebhookconfigurations" $validating "mutatingwebhookconfigurations" $mutating "secrets" $secrets) }}
+{{- end }}
+
+{{/*
+Rules of a role in files/rbac (copies of config/rbac): of the one object of
+kind .kind in .file (ClusterRole by default), with resourceNames renamed to
+this release's objects (fencedlease.resourceNames). A resourceName the chart
+does not know fails the render: the chart would grant a name it never
+installs.
+*/}}
+{{- define "fencedlease.rulesFrom" -}}
+{{- $kind := .kind | default "ClusterRole" }}
+{{- $file := .file }}
+{{- $objs := list }}
+{{- range regexSplit "(?m)^---[ \t]*$" (.root.Files.Get $file) -1 }}
+{{- $doc := fromYaml . }}
+{{- if and $doc (eq ($doc.kind | default "") $kind) }}
+{{- $objs = append $objs $doc }}
+{{- end }}
+{{- end }}
+{{- if ne (len $objs) 1 }}
+{{- fail (printf "%s has %d objects of kind %s, want one: run make manifests" $file (len $objs) $kind) }}
+{{- end }}
+{{- $obj := first $objs }}
+{{- if not $obj.rules }}
+{{- fail (printf "%s: %s %s has no rules: run make manifests" $file $kind $obj.metadata.name) }}
+{{- end }}
+{{- $names := include "fencedlease.resourceNames" .root | fromYaml }}
+{{- $rules := list }}
+{{- range $obj.rules }}
+{{- $rule := deepCopy . }}
+{{- if $rule.resourceNames }}
+{{- $renamed := list }}
+{{- range $n := $rule.resourceNames }}
+{{- $to := "" }}
+{{- range $res := $rule.resources }}
+{{- $to = $to | default (dig $res $n "" $names) }}
+{{- end }}
+{{- if not $to }}
+{{- fail (printf "%s: %s %s grants %v named %q, which the chart does not install: name it in fencedlease.resourceNames (templates/_helpers.tpl)" $file $kind $obj.metadata.name $rule.resources $n) }}
+{{- end }}
+{{- $renamed = append $renamed $to }}
+{{- end }}
+{{- $_ := set $rule "resourceNames" $renamed }}
+{{- end }}
+{{- $rules = append $rules $rule }}
+{{- end }}
+{{- toYaml $rules }}
+{{- end }}
+
+{{/*
+Whether files/rbac/role.yaml has a namespaced Role (rules for the operator's
+own namespace, "system" in config/): "true" or "".
+*/}}
+{{- define "fencedlease.hasNamespacedRole" -}}
+{{- range regexSplit "(?m)^---[ \t]*$" (.Files.Get "files/rbac/role.yaml") -1 }}
+{{- $doc := fromYaml . }}
+{{- if and $doc (eq ($doc.kind | default "") "Role") }}
+{{- if ne ($doc.metadata.namespace | default "") "system" }}
+{{- fail (printf "files/rbac/role.yaml: Role %s is in namespace %q: the chart knows only the operator's own (system)" $doc.metadata.name ($doc.metadata.namespace | default "")) }}
+{{- end }}
+{{- print "true" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* A list of strings as a CEL list literal of string literals. */}}
+{{- define "fencedlease.celList" -}}
+[{{ range $i, $v := . }}{{ if $i }}, {{ end }}'{{ $v | replace "\\" "\\\\" | replace "'" "\\'" }}'{{ end }}]
 {{- end }}
