@@ -73,6 +73,13 @@ helm-lint: $(HELM) ## Lint the Helm chart, with its default values and with ever
 test: cluster $(HELM) verify vet lint ## Run every test: unit, and integration against a real kube-apiserver, etcd, kube-controller-manager and PostgreSQL, both install paths (Helm, kustomize) included.
 	go test $(GO_TEST_FLAGS) ./...
 
+SCALE_LEASES ?= 1000
+SCALE_STEADY ?= 10m
+
+.PHONY: scale
+scale: control-plane ## Run the scale test: SCALE_LEASES FencedLeases (default 1000) x 2 ready pods on one operator process, cold start, then SCALE_STEADY (default 10m) of steady state with zero re-grants (about 12 minutes).
+	SCALE_LEASES=$(SCALE_LEASES) SCALE_STEADY=$(SCALE_STEADY) go test -tags scale -count=1 -v -timeout 60m ./test/scale
+
 .PHONY: test-unit
 test-unit: ## Run only the tests that need no control plane.
 	go test $(GO_TEST_FLAGS) ./internal/... ./api/...
