@@ -33,7 +33,8 @@ func indexes() []sim.Index {
 }
 
 // envInt reads a knob of the simulation from the environment: SIM_SEEDS
-// runs more schedules, SIM_SEED replays one.
+// runs more schedules, SIM_FIRST starts them at another seed, SIM_SEED
+// replays one.
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
 		return v
@@ -60,7 +61,7 @@ func config(seed int64) sim.Config {
 // after every write. A failure prints the seed and the trace of its run;
 // SIM_SEED=<seed> replays it.
 func TestSimulation(t *testing.T) {
-	first, n := int64(envInt("SIM_SEED", 1)), envInt("SIM_SEEDS", 1000)
+	first, n := int64(envInt("SIM_SEED", envInt("SIM_FIRST", 1))), envInt("SIM_SEEDS", 1000)
 	if os.Getenv("SIM_SEED") != "" {
 		n = 1
 	}
