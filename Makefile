@@ -70,8 +70,9 @@ helm-lint: $(HELM) ## Lint the Helm chart, with its default values and with ever
 ##@ Test
 
 .PHONY: test
-test: cluster $(HELM) verify vet lint ## Run every test: unit, and integration against a real kube-apiserver, etcd, kube-controller-manager and PostgreSQL, both install paths (Helm, kustomize) included.
+test: cluster $(HELM) verify vet lint ## Run every test: unit, and integration against a real kube-apiserver, etcd, kube-controller-manager and PostgreSQL, both install paths (Helm, kustomize) included, then the short chaos run.
 	go test $(GO_TEST_FLAGS) ./...
+	$(MAKE) --no-print-directory chaos
 
 SCALE_LEASES ?= 1000
 SCALE_STEADY ?= 10m
@@ -83,6 +84,22 @@ scale: control-plane ## Run the scale test: SCALE_LEASES FencedLeases (default 1
 .PHONY: test-unit
 test-unit: ## Run only the tests that need no control plane.
 	go test $(GO_TEST_FLAGS) ./internal/... ./api/...
+
+HOLDER_BENCH_PARALLEL ?= 6
+
+.PHONY: holder-bench
+holder-bench: control-plane ## Run the holder-renewal proofs and print their numbers (docs/benchmarks.md): 100 paused fence run holders, 30 paused Go holders, 20 partitioned, 20 on a lost node, 50 handoffs per renewal mode (about 10 minutes).
+	go test -tags holderbench -count=1 -v -parallel $(HOLDER_BENCH_PARALLEL) -timeout 60m -run '^TestHolderBench' ./test/holder
+
+# make chaos: CHAOS_DURATION of faults (the test's default, 75s, when unset);
+# LONG=1 makes it CHAOS_LONG_DURATION. CHAOS_SEED, CHAOS_ARTIFACTS and
+# CHAOS_REPORT pass through to the test (see test/chaos/doc.go).
+CHAOS_LONG_DURATION ?= 20m
+CHAOS_TIMEOUT ?= $(if $(LONG),60m,20m)
+
+.PHONY: chaos
+chaos: control-plane ## Run the chaos test: the operator and its webhooks on a real control plane under seeded faults, every protected write recorded and checked with porcupine (75s of faults; LONG=1 for 20 minutes; CHAOS_SEED=n replays a schedule).
+	CHAOS_DURATION=$(if $(LONG),$(CHAOS_LONG_DURATION),$(CHAOS_DURATION)) go test -tags chaos $(GO_TEST_FLAGS) -v -timeout $(CHAOS_TIMEOUT) ./test/chaos/
 
 ##@ Run
 

@@ -1,0 +1,185 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/setup"
+	"github.com/fencedlease/fencedlease/test/testenv"
+)
+
+// breakGlassUser creates the protected objects before anyone holds a fence.
+const breakGlassUser = "chaos-break-glass"
+
+// TestChaos is the chaos run: see the package doc. It fails on any
+// violation, and when it explored too little to mean anything (too few
+// handoffs or writes, no stale or impostor write fenced off, a fault kind
+// never injected).
+func TestChaos(t *testing.T) {
+	g := NewWithT(t)
+	cfg, err := loadConfig()
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("chaos seed %d, %s of faults (CHAOS_SEED=%d replays the fault schedule)", cfg.Seed, cfg.Duration, cfg.Seed)
+
+	testenv.SetLogger()
+	env, err := testenv.Start(testenv.WithWebhooks())
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = env.Stop() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	operatorConfig, err := testenv.OperatorConfig(ctx, env)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(testenv.InstallPolicies(ctx, env.Client, testenv.PolicyFiles()...)).To(Succeed())
+	breakGlass, err := testenv.UserClient(env, breakGlassUser, "system:masters")
+	g.Expect(err).NotTo(HaveOccurred())
+
+	rec := NewRecorder()
+	w := &world{cfg: cfg, ctx: ctx, env: env, admin: env.Client, rec: rec, stop: make(chan struct{}), lost: map[string]bool{}}
+	g.Expect(w.setup()).To(Succeed())
+	checker, err := testenv.WatchHolders(ctx, env.Config, w.ns)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(record(ctx, env.Config, w.ns, rec)).To(Succeed())
+
+	ops := newOperators(ctx, operatorConfig, w.ns, &env.WebhookInstallOptions,
+		setup.WebhookOptions{OperatorUsers: []string{testenv.OperatorUser}, BreakGlassUsers: []string{breakGlassUser}}, rec, cfg.Seed)
+	g.Expect(ops.startPrimary()).To(Succeed())
+	t.Cleanup(ops.stop)
+	g.Expect(w.createObjects(breakGlass)).To(Succeed())
+	g.Expect(w.startPods()).To(Succeed())
+	g.Eventually(func() []string { return w.unheld() }).WithTimeout(60*time.Second).WithPolling(100*time.Millisecond).
+		Should(BeEmpty(), "every lease has a holder before the faults start")
+
+	progress := w.progress(t, 30*time.Second)
+	err = newInjector(w, ops).run(ctx, time.Now().Add(cfg.Duration))
+	close(w.stop)
+	w.procs.Wait()
+	progress()
+	g.Expect(err).NotTo(HaveOccurred(), "injecting a fault failed")
+
+	g.Expect(w.readFinal()).To(Succeed())
+	// The watches deliver the last versions a moment after the reads.
+	g.Eventually(func() []string { return w.behind() }).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(BeEmpty())
+	h := rec.History()
+
+	dir, keep := artifacts(t)
+	result, err := Check(h, CheckOptions{Window: cfg.Window, LinearizabilityTimeout: 5 * time.Minute,
+		Visualization: filepath.Join(dir, "porcupine.html")})
+	g.Expect(err).NotTo(HaveOccurred())
+	result.Violations = append(result.Violations, checker.Violations()...)
+	for _, gap := range []string{"pods", "fencedleases", "*"} {
+		if h.Gaps[gap] {
+			result.Violations = append(result.Violations, "the watch of "+gap+" lost events: the history is incomplete")
+		}
+	}
+	s := Summarize(cfg.Seed, cfg.Duration, h, result)
+	t.Log(s.String())
+	if path := os.Getenv("CHAOS_REPORT"); path != "" {
+		g.Expect(os.WriteFile(path, []byte(s.String()), 0o600)).To(Succeed())
+	}
+	if len(result.Violations) > 0 || keep {
+		g.Expect(WriteHistory(h, filepath.Join(dir, "history.json"))).To(Succeed())
+		t.Logf("history and porcupine visualisation (if it found a violation) in %s", dir)
+	}
+	for _, v := range result.Violations {
+		t.Errorf("violation: %s", v)
+	}
+	if len(result.Violations) == 0 && !keep {
+		_ = os.RemoveAll(dir)
+	}
+
+	// A run that explored too little proves nothing.
+	g.Expect(s.Handoffs).To(BeNumerically(">=", cfg.MinHandoffs), "too few handoffs")
+	g.Expect(s.Attempts).To(BeNumerically(">=", cfg.MinAttempts), "too few writes")
+	g.Expect(s.Accepted).To(BeNumerically(">", 0), "no write was accepted")
+	g.Expect(s.BySource["stale"]).To(BeNumerically(">", 0), "no stale write")
+	g.Expect(s.StaleRejections()).To(BeNumerically(">", 0), "no stale or impostor write was fenced off")
+	g.Expect(s.BySource["impostor/not_holder"]).To(BeNumerically(">", 0), "no impostor write was refused")
+	for _, k := range faultKinds {
+		g.Expect(s.Faults).To(HaveKey(k.name), "fault %s never injected", k.name)
+	}
+}
+
+// artifacts is where a failing run leaves its history and visualisation:
+// $CHAOS_ARTIFACTS (kept, with the history, even when the run passes) or a
+// new temporary directory (removed when the run passes).
+func artifacts(t *testing.T) (string, bool) {
+	t.Helper()
+	keep := os.Getenv("CHAOS_ARTIFACTS") != ""
+	dir, err := ArtifactDir()
+	if err != nil {
+		t.Fatalf("artifact directory: %v", err)
+	}
+	return dir, keep
+}
+
+// unheld lists the leases without a holder published to its pod.
+func (w *world) unheld() []string {
+	var pods corev1.PodList
+	if err := w.admin.List(w.ctx, &pods, client.InNamespace(w.ns)); err != nil {
+		return []string{err.Error()}
+	}
+	held := map[string]bool{}
+	for _, p := range pods.Items {
+		if p.Annotations[fencingv1alpha1.AnnotationRole] == fencingv1alpha1.RoleHolder {
+			held[p.Annotations[fencingv1alpha1.AnnotationLease]] = true
+		}
+	}
+	var out []string
+	for _, l := range w.leases {
+		if !held[l.Name] {
+			out = append(out, l.Name)
+		}
+	}
+	return out
+}
+
+// behind lists the objects whose watch has not yet delivered the version
+// the final read returned.
+func (w *world) behind() []string {
+	w.rec.mu.Lock()
+	final := append([]Read(nil), w.rec.h.Final...)
+	w.rec.mu.Unlock()
+	var out []string
+	for _, r := range final {
+		if w.rec.LastVersion(r.Object) != r.ResourceVersion {
+			out = append(out, r.Object)
+		}
+	}
+	return out
+}
+
+// progress logs how far the run got every interval; the returned function
+// stops it.
+func (w *world) progress(t *testing.T, every time.Duration) func() {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				w.rec.mu.Lock()
+				n, faults := len(w.rec.h.Attempts), 0
+				for _, f := range w.rec.h.Faults {
+					faults += f
+				}
+				w.rec.mu.Unlock()
+				t.Logf("%s: %d write attempts, %d faults", w.rec.Now().Round(time.Second), n, faults)
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
+}

@@ -1,0 +1,80 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+)
+
+// runConfig is one run's parameters: the environment picks the seed and the
+// length, the rest is fixed so that a seed means the same schedule.
+type runConfig struct {
+	Seed     int64
+	Duration time.Duration
+	Leases   []leaseConfig
+	// Nodes are the nodes the candidates run on, a lease's pods spread over
+	// them.
+	Nodes []string
+	// Window: see CheckOptions.Window.
+	Window time.Duration
+	// MinHandoffs, MinAttempts: below them the run explored too little to
+	// mean anything, and fails.
+	MinHandoffs, MinAttempts int
+}
+
+// leaseConfig is one FencedLease, its candidates and its protected objects.
+type leaseConfig struct {
+	Name     string
+	Takeover fencingv1alpha1.TakeoverPolicy
+	Duration int32 // leaseDurationSeconds
+	MaxHold  int32 // maxHoldSeconds
+	Pods     int
+	Objects  []string
+}
+
+// Defaults of a run.
+const (
+	defaultDuration = 75 * time.Second
+	defaultWindow   = time.Second
+)
+
+// loadConfig reads CHAOS_SEED, CHAOS_DURATION and CHAOS_WINDOW.
+func loadConfig() (runConfig, error) {
+	c := runConfig{Seed: time.Now().UnixNano(), Duration: defaultDuration, Window: defaultWindow,
+		Nodes: []string{"chaos-node-a", "chaos-node-b", "chaos-node-c"}}
+	if s := os.Getenv("CHAOS_SEED"); s != "" {
+		seed, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return c, fmt.Errorf("CHAOS_SEED=%q: %w", s, err)
+		}
+		c.Seed = seed
+	}
+	for name, d := range map[string]*time.Duration{"CHAOS_DURATION": &c.Duration, "CHAOS_WINDOW": &c.Window} {
+		if s := os.Getenv(name); s != "" {
+			v, err := time.ParseDuration(s)
+			if err != nil {
+				return c, fmt.Errorf("%s=%q: %w", name, s, err)
+			}
+			*d = v
+		}
+	}
+	// Short leases, so that handoffs are frequent; both takeover modes; one
+	// lease rotates its holder on its own (maxHoldSeconds).
+	c.Leases = []leaseConfig{
+		{Name: "l0", Takeover: fencingv1alpha1.TakeoverSafe, Duration: 2, MaxHold: 8, Pods: 3},
+		{Name: "l1", Takeover: fencingv1alpha1.TakeoverImmediate, Duration: 2, MaxHold: 6, Pods: 3},
+		{Name: "l2", Takeover: fencingv1alpha1.TakeoverImmediate, Duration: 3, Pods: 3},
+	}
+	for i := range c.Leases {
+		l := &c.Leases[i]
+		l.Objects = []string{l.Name + "-a", l.Name + "-b"}
+	}
+	c.MinHandoffs = max(8, int(c.Duration/(8*time.Second)))
+	c.MinAttempts = max(100, int(c.Duration/time.Second)*2)
+	return c, nil
+}

@@ -1,0 +1,24 @@
+// Package chaos runs the operator, with its webhooks, against a real
+// kube-apiserver and etcd while faults drawn from one seeded PRNG hit it:
+// pods deleted, containers not ready, nodes lost, the operator crashing, two
+// replicas without leader election, lost replies and lagging reads. Pods of
+// several FencedLeases run "holder processes" that act as their pod (with its
+// bound service-account token) and write protected ConfigMaps whenever they
+// believe they hold the lease, some of them after a pause with a fence that
+// may be stale.
+//
+// Every write attempt is recorded with its call and return time and outcome,
+// along with the holders as the API server published them, and the history
+// is checked afterwards: per object against a porcupine model of a fenced
+// register (fences never go back in real-time order, every acknowledged write
+// survives unless overwritten), and against the publications (no write
+// accepted from a pod that did not hold that fence, none with an older fence
+// once a newer one was granted, never two published holders).
+//
+// The tests carry the build tag chaos, so that `go test ./...` skips them;
+// `make chaos` runs the short run, `make chaos LONG=1` the long one.
+// CHAOS_SEED replays a run's fault schedule, CHAOS_DURATION sets its length,
+// CHAOS_ARTIFACTS keeps the history and the porcupine visualisation, and
+// CHAOS_REPORT writes the summary to a file. This file has no tag, so that
+// the package always compiles.
+package chaos

@@ -1,0 +1,240 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/fencedlease/fencedlease/test/testenv"
+)
+
+// Fault kinds.
+const (
+	faultPodDelete   = "pod-delete"
+	faultNotReady    = "containers-not-ready"
+	faultNodeLost    = "node-lost"
+	faultCrash       = "operator-crash"
+	faultSecond      = "second-replica"
+	faultLostReplies = "lost-replies"
+	faultReadLag     = "read-lag"
+)
+
+// faultKinds in the order of the first round (shuffled by the seed), with
+// their weights afterwards: faults at the pods are the most frequent, as they
+// cause the handoffs.
+var faultKinds = []struct {
+	name   string
+	weight int
+}{
+	{faultPodDelete, 4}, {faultNotReady, 4}, {faultNodeLost, 2}, {faultCrash, 1},
+	{faultSecond, 1}, {faultLostReplies, 2}, {faultReadLag, 2},
+}
+
+// injector draws faults from the seeded PRNG until the deadline. Every
+// choice (kind, target, durations, gaps) is the PRNG's; what the fault hits
+// depends on the state it finds (which pod holds a lease now), so a seed
+// replays the schedule, not the exact interleaving.
+type injector struct {
+	w   *world
+	ops *operators
+	rng *rand.Rand
+	wg  sync.WaitGroup
+	mu  sync.Mutex
+	err error
+}
+
+func newInjector(w *world, ops *operators) *injector {
+	return &injector{w: w, ops: ops, rng: rand.New(rand.NewPCG(uint64(w.cfg.Seed), 1))}
+}
+
+// between returns a duration in [lo, hi) from the PRNG.
+func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(rng.Int64N(int64(hi-lo)))
+}
+
+// run injects faults until the deadline, then waits until every fault has
+// healed: nodes back, pods ready, the operator running alone and reliably.
+// Each fault runs in its own goroutine, so that faults overlap.
+func (in *injector) run(ctx context.Context, until time.Time) error {
+	order := in.rng.Perm(len(faultKinds))
+	total := 0
+	for _, k := range faultKinds {
+		total += k.weight
+	}
+	for i := 0; time.Now().Before(until) && ctx.Err() == nil; i++ {
+		var kind string
+		if i < len(order) {
+			kind = faultKinds[order[i]].name
+		} else {
+			n := in.rng.IntN(total)
+			for _, k := range faultKinds {
+				if n -= k.weight; n < 0 {
+					kind = k.name
+					break
+				}
+			}
+		}
+		// Every draw happens here, in order, so that the schedule is a
+		// function of the seed; the fault then runs on its own.
+		f := in.plan(kind)
+		in.wg.Add(1)
+		go func() {
+			defer in.wg.Done()
+			if err := f(ctx); err != nil {
+				in.mu.Lock()
+				in.err = fmt.Errorf("%s: %w", kind, err)
+				in.mu.Unlock()
+			}
+		}()
+		sleep(ctx, between(in.rng, 300*time.Millisecond, 3*time.Second))
+	}
+	in.wg.Wait()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.err
+}
+
+// plan draws the parameters of a fault and returns it.
+func (in *injector) plan(kind string) func(context.Context) error {
+	w, rng := in.w, in.rng
+	l := w.leases[rng.IntN(len(w.leases))]
+	slotIndex, atHolder := rng.IntN(len(l.slots)), rng.Float64() < 0.6
+	target := func() *slot {
+		if atHolder {
+			if s := w.holderSlot(l); s != nil {
+				return s
+			}
+		}
+		return l.slots[slotIndex]
+	}
+	a, b := between(rng, 500*time.Millisecond, 3*time.Second), between(rng, time.Second, 6*time.Second)
+	nodeIndex := rng.IntN(len(w.cfg.Nodes))
+	replacement := rng.Uint64()
+	kindIndex, onSecondary := rng.IntN(len(lagKinds)), rng.IntN(2) == 0
+	switch kind {
+	case faultPodDelete:
+		return func(ctx context.Context) error { return in.deletePod(ctx, l, target(), a, replacement) }
+	case faultNotReady:
+		return func(ctx context.Context) error { return in.notReady(ctx, target(), b) }
+	case faultNodeLost:
+		return func(ctx context.Context) error {
+			node := w.cfg.Nodes[nodeIndex]
+			if atHolder {
+				if s := w.holderSlot(l); s != nil {
+					node = w.pod(s).Spec.NodeName
+				}
+			}
+			return in.loseNode(ctx, node, b)
+		}
+	case faultCrash:
+		return func(context.Context) error {
+			crashed, err := in.ops.crashPrimary(a / 2)
+			if crashed {
+				w.rec.Fault(faultCrash, "primary")
+			}
+			return err
+		}
+	case faultSecond:
+		return func(context.Context) error {
+			ran, err := in.ops.runSecondary(b + 2*time.Second)
+			if ran {
+				w.rec.Fault(faultSecond, (b + 2*time.Second).String())
+			}
+			return err
+		}
+	case faultLostReplies:
+		return func(ctx context.Context) error {
+			w.rec.Fault(faultLostReplies, b.String())
+			in.ops.lossy.Add(1)
+			sleep(ctx, b)
+			in.ops.lossy.Add(-1)
+			return nil
+		}
+	case faultReadLag:
+		return func(context.Context) error {
+			rs := in.ops.replicas()
+			if len(rs) == 0 {
+				return nil
+			}
+			r := rs[0]
+			if onSecondary && len(rs) > 1 {
+				r = rs[1]
+			}
+			w.rec.Fault(faultReadLag, fmt.Sprintf("%s %T %s", r.name, lagKinds[kindIndex](), a))
+			return in.ops.freeze(r, kindIndex, a)
+		}
+	}
+	panic("unknown fault " + kind)
+}
+
+// deletePod deletes the slot's pod as a node drain would: gracefully first
+// (it keeps running, terminating, and is no longer eligible), then for good
+// after grace; a replacement with a new name starts on a live node.
+func (in *injector) deletePod(ctx context.Context, l *lease, s *slot, grace time.Duration, seed uint64) error {
+	w := in.w
+	w.mu.Lock()
+	if s.deleting {
+		w.mu.Unlock()
+		return nil
+	}
+	s.deleting = true
+	pod := s.pod.DeepCopy()
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		s.deleting = false
+		w.mu.Unlock()
+	}()
+	w.rec.Fault(faultPodDelete, pod.Name)
+	if err := ignoreGone(w.admin.Delete(ctx, pod, client.GracePeriodSeconds(30))); err != nil {
+		return fmt.Errorf("delete pod %s: %w", pod.Name, err)
+	}
+	sleep(ctx, grace)
+	if err := ignoreGone(w.admin.Delete(ctx, pod, client.GracePeriodSeconds(0))); err != nil {
+		return fmt.Errorf("delete pod %s for good: %w", pod.Name, err)
+	}
+	return w.replace(l, s, w.liveNode(rand.New(rand.NewPCG(seed, 0))))
+}
+
+// notReady fails the pod's readiness for d, as a failing probe would.
+func (in *injector) notReady(ctx context.Context, s *slot, d time.Duration) error {
+	w := in.w
+	pod := w.pod(s)
+	w.rec.Fault(faultNotReady, pod.Name+" "+d.String())
+	if err := ignoreGone(testenv.SetContainersNotReady(ctx, w.admin, pod)); err != nil {
+		return err
+	}
+	sleep(ctx, d)
+	return ignoreGone(testenv.SetReady(ctx, w.admin, pod, time.Now()))
+}
+
+// loseNode marks a node lost for d (its pods keep their ContainersReady, as
+// on a real lost node), then lets it report again. One node at a time is
+// lost, so that each lease keeps candidates.
+func (in *injector) loseNode(ctx context.Context, node string, d time.Duration) error {
+	w := in.w
+	w.mu.Lock()
+	if len(w.lost) > 0 {
+		w.mu.Unlock()
+		return nil
+	}
+	w.lost[node] = true
+	w.mu.Unlock()
+	w.rec.Fault(faultNodeLost, node+" "+d.String())
+	defer func() {
+		w.mu.Lock()
+		delete(w.lost, node)
+		w.mu.Unlock()
+	}()
+	if err := testenv.SetNodeLost(ctx, w.admin, node); err != nil {
+		return err
+	}
+	sleep(ctx, d)
+	return testenv.SetNodeReady(ctx, w.admin, node)
+}
