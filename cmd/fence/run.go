@@ -21,19 +21,21 @@ import (
 // that follows the Lease and, with holder renewal, renews its own grants.
 type holdership interface {
 	HolderContext(ctx context.Context) (context.Context, fence.Token, error)
-	// Release tells the operator that the work has stopped; a no-op when
-	// nothing can be released.
-	Release(ctx context.Context) error
+	// Release tells the operator that the work under the grant with that
+	// fence has stopped; a no-op when nothing can be released.
+	Release(ctx context.Context, fence int64) error
 	Close() error
 }
 
 // files learns holdership from the token files.
 type files struct{ *fence.Watcher }
 
-func (files) Release(context.Context) error { return nil }
+func (files) Release(context.Context, int64) error { return nil }
 
 // lease learns holdership from a Session.
 type lease struct{ *fence.Session }
+
+func (l lease) Release(ctx context.Context, fence int64) error { return l.ReleaseGrant(ctx, fence) }
 
 func (l lease) HolderContext(ctx context.Context) (context.Context, fence.Token, error) {
 	hctx, g, err := l.Session.HolderContext(ctx)
@@ -204,16 +206,15 @@ func (r *runner) supervise(hctx context.Context, tok fence.Token) (int, bool, er
 	for {
 		select {
 		case <-exited:
+			// The command has exited: its work under this grant is over. Hand
+			// the grant over at once rather than let it expire, also when the
+			// operator revoked it (a pod being deleted is revoked at once);
+			// the release changes nothing when the Lease has moved on.
+			r.release(tok)
 			code := exitStatus(cmd.ProcessState)
 			if stopping && !terminating {
 				r.logf("%s stopped (%v); waiting for holdership", r.argv[0], cmd.ProcessState)
 				return code, false, nil
-			}
-			// The command exited, or fence run was told to terminate and it
-			// has: its work under this grant is over. Hand the lease over at
-			// once rather than let it expire.
-			if hctx.Err() == nil {
-				r.release(tok)
 			}
 			return code, true, nil
 		case sig := <-r.sigs:
@@ -231,17 +232,13 @@ func (r *runner) supervise(hctx context.Context, tok fence.Token) (int, bool, er
 	}
 }
 
-// release ends this pod's grant at once (with a Session); an unknown
-// outcome is not retried: the grant then expires.
+// release ends this pod's grant at once (with a Session, which logs what it
+// did); an unknown outcome is not retried: the grant then expires.
 func (r *runner) release(tok fence.Token) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := r.h.Release(ctx); err != nil {
+	if err := r.h.Release(ctx, tok.Fence); err != nil {
 		r.logf("%v", err)
-		return
-	}
-	if _, ok := r.h.(lease); ok {
-		r.logf("released the grant with fence %d", tok.Fence)
 	}
 }
 

@@ -109,9 +109,12 @@ func (w *world) holderRenew(l *coordinationv1.Lease, uid types.UID, p *holderPro
 }
 
 // holderRelease stops the process's work (its belief ends now) and then
-// releases the grant with a compare-and-swap.
+// releases the grant with a compare-and-swap: a grant it holds, or its grant
+// that the operator revoked (as fence run does once its command has exited).
 func (w *world) holderRelease(l *coordinationv1.Lease, uid types.UID, p *holderProc) bool {
-	if l.Annotations[fencingv1alpha1.LeaseAnnotationState] != fencingv1alpha1.LeaseStateHeld || !w.now().Before(p.until) {
+	switch state := l.Annotations[fencingv1alpha1.LeaseAnnotationState]; {
+	case state == fencingv1alpha1.LeaseStateRevoked:
+	case state != fencingv1alpha1.LeaseStateHeld || !w.now().Before(p.until):
 		return false
 	}
 	p.until = time.Time{}

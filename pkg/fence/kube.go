@@ -31,6 +31,7 @@ const (
 	leaseRenewal       = "fencedlease.io/renewal"
 	leaseRenewInterval = "fencedlease.io/renew-interval"
 	stateHeld          = "held"
+	stateRevoked       = "revoked"
 	stateReleased      = "released"
 	renewalHolder      = "Holder"
 	podUIDExtra        = "authentication.kubernetes.io/pod-uid"

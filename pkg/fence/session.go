@@ -246,29 +246,54 @@ func (s *Session) HolderContext(ctx context.Context) (context.Context, Grant, er
 // outcome is unknown (a timeout) it is not retried: the grant simply expires.
 func (s *Session) Release(ctx context.Context) error {
 	s.mu.Lock()
-	g, l := s.grant, s.lease
+	g := s.grant
+	s.mu.Unlock()
 	if g == nil {
-		s.mu.Unlock()
 		return nil
 	}
-	s.end(fmt.Errorf("%w: the grant with fence %d was released by this pod", ErrLost, g.Fence))
+	return s.ReleaseGrant(ctx, g.Fence)
+}
+
+// ReleaseGrant releases this pod's grant with that fence, as Release does,
+// and also after the operator revoked it (a pod being deleted is revoked at
+// once): a revoked grant runs until it expires, and under Safe takeover
+// nobody else is granted before that, unless its holder says that its work
+// has stopped. It changes nothing when the Lease has moved on to another
+// grant: a late release never ends a newer grant. Call it only once the
+// work under that grant has stopped.
+func (s *Session) ReleaseGrant(ctx context.Context, fence int64) error {
+	s.mu.Lock()
+	if s.grant != nil && s.grant.Fence == fence {
+		s.end(fmt.Errorf("%w: the grant with fence %d was released by this pod", ErrLost, fence))
+	}
+	l := s.lease
 	s.mu.Unlock()
-	if !s.holds(l) || parseFence(l) != g.Fence {
+	if fence <= 0 || !s.releasable(l) || parseFence(l) != fence {
 		return nil
 	}
 	updated, err := s.api.updateLease(ctx, l, "", map[string]string{leaseState: stateReleased})
 	switch {
 	case isConflict(err):
-		s.logf("The grant with fence %d had already ended when it was released", g.Fence)
+		s.logf("The grant with fence %d had already ended when it was released", fence)
 		return nil
 	case err != nil:
-		return fmt.Errorf("release the grant with fence %d (it will expire instead): %w", g.Fence, err)
+		return fmt.Errorf("release the grant with fence %d (it will expire instead): %w", fence, err)
 	}
-	s.logf("Released the grant with fence %d", g.Fence)
+	s.logf("Released the grant with fence %d", fence)
 	s.mu.Lock()
 	s.see(updated)
 	s.mu.Unlock()
 	return nil
+}
+
+// releasable says whether a version of the Lease names this pod in a grant
+// it may release: held, or revoked and not yet superseded.
+func (s *Session) releasable(l *lease) bool {
+	if l == nil || l.Metadata.Annotations[leaseHolderUID] != s.podUID {
+		return false
+	}
+	state := l.Metadata.Annotations[leaseState]
+	return state == stateHeld || state == stateRevoked
 }
 
 // holds says whether a version of the Lease names this pod in a held grant.

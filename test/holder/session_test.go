@@ -141,3 +141,39 @@ func TestReleaseHandsOverAtOnce(t *testing.T) {
 	_, ok := sa.Current()
 	f.g.Expect(ok).To(BeFalse())
 }
+
+// TestReleaseOfARevokedGrantHandsOverAtOnce: a is being deleted, so the
+// operator revokes its grant at once (takeover Safe, a 60 s lease). Once
+// a's work has stopped it releases the revoked grant, and b is granted at
+// once rather than when the revoked grant expires. A late release of that
+// grant, after b's, changes nothing.
+func TestReleaseOfARevokedGrantHandsOverAtOnce(t *testing.T) {
+	f := newFixture(t)
+	f.fencedLease(func(fl *fencingv1alpha1.FencedLease) { fl.Spec.LeaseDurationSeconds = 60 })
+	a := f.readyPod("a", time.Hour)
+	b := f.readyPod("b", time.Minute)
+	a.Finalizers = []string{"test.fencedlease.io/keep"}
+	f.g.Expect(f.c.Update(f.ctx, a)).To(Succeed())
+	t.Cleanup(func() {
+		a.Finalizers = nil
+		_ = f.c.Update(context.Background(), a)
+	})
+	sa, sb := f.session(a, nil), f.session(b, nil)
+	hctx, ga, err := sa.HolderContext(f.ctx)
+	f.g.Expect(err).NotTo(HaveOccurred())
+
+	f.g.Expect(f.c.Delete(f.ctx, a)).To(Succeed())
+	f.g.Eventually(hctx.Done()).WithTimeout(5 * time.Second).Should(BeClosed())
+	f.g.Expect(f.lease().Annotations[fencingv1alpha1.LeaseAnnotationState]).To(Equal("revoked"))
+
+	f.g.Expect(sa.ReleaseGrant(f.ctx, ga.Fence)).To(Succeed())
+	waitCtx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
+	defer cancel()
+	gb, err := sb.WaitHolder(waitCtx)
+	f.g.Expect(err).NotTo(HaveOccurred(), "b is granted long before a's revoked 60s grant would expire")
+	f.g.Expect(gb.Fence).To(BeNumerically(">", ga.Fence))
+
+	f.g.Expect(sa.ReleaseGrant(f.ctx, ga.Fence)).To(Succeed())
+	f.g.Consistently(func() bool { return sb.Valid(gb) }).WithTimeout(time.Second).Should(BeTrue())
+	f.g.Expect(f.lease().Annotations[fencingv1alpha1.LeaseAnnotationHolderUID]).To(Equal(string(b.UID)))
+}

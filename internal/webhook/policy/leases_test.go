@@ -155,7 +155,7 @@ func TestHolderRenewalAndRelease(t *testing.T) {
 	standbyUser := "system:serviceaccount:" + f.ns + ":default"
 
 	// The holder renews.
-	f.g.Expect(holder.Update(f.ctx, renew(f.lease("hr")))).To(Succeed())
+	f.g.Expect(f.retry(func() error { return holder.Update(f.ctx, renew(f.lease("hr"))) })).To(Succeed())
 	// The holder may not change anything else, not even with its renewal.
 	for what, mutate := range map[string]func(*coordinationv1.Lease){
 		"holderIdentity":   func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("h2") },
@@ -166,37 +166,88 @@ func TestHolderRenewalAndRelease(t *testing.T) {
 		},
 		"leaseDuration": func(l *coordinationv1.Lease) { l.Spec.LeaseDurationSeconds = ptr.To[int32](3600) },
 	} {
-		l := renew(f.lease("hr"))
-		mutate(l)
-		err := holder.Update(f.ctx, l)
+		err := f.retry(func() error {
+			l := renew(f.lease("hr"))
+			mutate(l)
+			return holder.Update(f.ctx, l)
+		})
 		f.g.Expect(err).To(HaveOccurred(), "changing %s", what)
 		expectDenied(f.g, err, `leases.coordination.k8s.io "hr"`, leaseDenied(f.ns, "hr", standbyUser, "change it"+podRule))
 	}
 	// A standby may not renew, nor release.
-	expectDenied(f.g, standby.Update(f.ctx, renew(f.lease("hr"))), `leases.coordination.k8s.io "hr"`,
+	expectDenied(f.g, f.retry(func() error { return standby.Update(f.ctx, renew(f.lease("hr"))) }), `leases.coordination.k8s.io "hr"`,
 		leaseDenied(f.ns, "hr", standbyUser, "change it"+podRule))
 	release := func(l *coordinationv1.Lease) *coordinationv1.Lease {
 		l = l.DeepCopy()
 		l.Annotations[fencingv1alpha1.LeaseAnnotationState] = "released"
 		return l
 	}
-	expectDenied(f.g, standby.Update(f.ctx, release(f.lease("hr"))), `leases.coordination.k8s.io "hr"`,
+	expectDenied(f.g, f.retry(func() error { return standby.Update(f.ctx, release(f.lease("hr"))) }), `leases.coordination.k8s.io "hr"`,
 		leaseDenied(f.ns, "hr", standbyUser, "change it"+podRule))
 	// Nor may a pod of the other FencedLease (the holder of db).
 	a, err := testenv.PodClient(f.ctx, env.Config, f.a)
 	f.g.Expect(err).NotTo(HaveOccurred())
-	expectDenied(f.g, a.Update(f.ctx, renew(f.lease("hr"))), `leases.coordination.k8s.io "hr"`,
+	expectDenied(f.g, f.retry(func() error { return a.Update(f.ctx, renew(f.lease("hr"))) }), `leases.coordination.k8s.io "hr"`,
 		leaseDenied(f.ns, "hr", standbyUser, "change it"+podRule))
 	// In renewal Operator, the holder of db may not renew its grant itself.
-	expectDenied(f.g, a.Update(f.ctx, renew(f.lease("db"))), `leases.coordination.k8s.io "db"`,
+	expectDenied(f.g, f.retry(func() error { return a.Update(f.ctx, renew(f.lease("db"))) }), `leases.coordination.k8s.io "db"`,
 		leaseDenied(f.ns, "db", standbyUser, "change it"+podRule))
 
 	// The holder releases; its grant can then no longer be renewed.
-	released := release(f.lease("hr"))
-	f.g.Expect(holder.Update(f.ctx, released)).To(Succeed())
-	expectDenied(f.g, holder.Update(f.ctx, renew(released)), `leases.coordination.k8s.io "hr"`,
+	f.g.Expect(f.retry(func() error { return holder.Update(f.ctx, release(f.lease("hr"))) })).To(Succeed())
+	expectDenied(f.g, f.retry(func() error { return holder.Update(f.ctx, renew(f.lease("hr"))) }), `leases.coordination.k8s.io "hr"`,
 		leaseDenied(f.ns, "hr", standbyUser, "change it"+podRule))
 	// The operator grants the standby at once.
 	f.g.Eventually(func() string { return f.lease("hr").Annotations[fencingv1alpha1.LeaseAnnotationHolderUID] }).
 		WithTimeout(timeout).WithPolling(poll).Should(Equal(string(h2.UID)))
+}
+
+// TestHolderReleasesARevokedGrant: the operator revokes h1's grant (its
+// containers stop being ready); under Safe takeover nobody is granted until
+// it expires, unless h1 says that its work has stopped. h1 may release the
+// revoked grant, and then only that; it may not renew it; a standby may not
+// release it. The standby is granted at once, long before the 60 s lease.
+func TestHolderReleasesARevokedGrant(t *testing.T) {
+	f := newFixture(t)
+	f.g.Expect(f.c.Create(f.ctx, testenv.FencedLease(f.ns, "rv", map[string]string{"app": "rv"}, func(fl *fencingv1alpha1.FencedLease) {
+		fl.Spec.Renewal = fencingv1alpha1.RenewalHolder
+		fl.Spec.LeaseDurationSeconds = 60
+	}))).To(Succeed())
+	h1 := f.readyPodWith("h1", map[string]string{"app": "rv"}, time.Hour)
+	h2 := f.readyPodWith("h2", map[string]string{"app": "rv"}, time.Minute)
+	holder, err := testenv.PodClient(f.ctx, env.Config, h1)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	standby, err := testenv.PodClient(f.ctx, env.Config, h2)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	state := func(want string) {
+		f.g.Eventually(func(g Gomega) {
+			l := f.lease("rv")
+			g.Expect(l.Annotations[fencingv1alpha1.LeaseAnnotationState]).To(Equal(want))
+			g.Expect(l.Annotations[fencingv1alpha1.LeaseAnnotationHolderUID]).To(Equal(string(h1.UID)))
+		}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	}
+	state("held")
+	f.g.Expect(testenv.SetContainersNotReady(f.ctx, f.c, h1)).To(Succeed())
+	state("revoked")
+	standbyUser := "system:serviceaccount:" + f.ns + ":default"
+	with := func(mutate func(*coordinationv1.Lease)) *coordinationv1.Lease {
+		l := f.lease("rv").DeepCopy()
+		mutate(l)
+		return l
+	}
+	release := func(l *coordinationv1.Lease) { l.Annotations[fencingv1alpha1.LeaseAnnotationState] = "released" }
+	renew := func(l *coordinationv1.Lease) { l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now())) }
+
+	expectDenied(f.g, f.retry(func() error { return holder.Update(f.ctx, with(renew)) }), `leases.coordination.k8s.io "rv"`,
+		leaseDenied(f.ns, "rv", standbyUser, "change it"+podRule))
+	expectDenied(f.g, f.retry(func() error {
+		return holder.Update(f.ctx, with(func(l *coordinationv1.Lease) { l.Annotations[fencingv1alpha1.LeaseAnnotationState] = "held" }))
+	}), `leases.coordination.k8s.io "rv"`, leaseDenied(f.ns, "rv", standbyUser, "change it"+podRule))
+	expectDenied(f.g, f.retry(func() error { return standby.Update(f.ctx, with(release)) }), `leases.coordination.k8s.io "rv"`,
+		leaseDenied(f.ns, "rv", standbyUser, "change it"+podRule))
+	state("revoked")
+
+	f.g.Expect(f.retry(func() error { return holder.Update(f.ctx, with(release)) })).To(Succeed())
+	f.g.Eventually(func() string { return f.lease("rv").Annotations[fencingv1alpha1.LeaseAnnotationHolderUID] }).
+		WithTimeout(10 * time.Second).WithPolling(poll).Should(Equal(string(h2.UID)))
 }

@@ -223,6 +223,19 @@ func (f *fixture) published(pod string) []string {
 	return []string{p.Annotations[fencingv1alpha1.AnnotationRole], p.Annotations[fencingv1alpha1.AnnotationFence], p.Annotations[fencingv1alpha1.AnnotationLease]}
 }
 
+// retry runs a write that reads the object afresh until it is not refused
+// for a conflict: the operator may write the object in between, and the
+// answer under test is admission's.
+func (f *fixture) retry(write func() error) error {
+	var err error
+	for range 20 {
+		if err = write(); !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return err
+}
+
 // expectDenied checks that the policy denied a request on the object
 // (`pods "a"`, `leases.coordination.k8s.io "db"`...) with message.
 func expectDenied(g Gomega, err error, object, message string) {
