@@ -88,7 +88,7 @@ test-unit: ## Run only the tests that need no control plane.
 HOLDER_BENCH_PARALLEL ?= 6
 
 .PHONY: holder-bench
-holder-bench: control-plane ## Run the holder-renewal proofs and print their numbers (docs/benchmarks.md): 100 paused fence run holders, 30 paused Go holders, 20 partitioned, 20 on a lost node, 50 handoffs per renewal mode (about 10 minutes).
+holder-bench: control-plane ## Run the holder-renewal proofs and print their numbers (docs/benchmarks.md): 100 paused fence run holders, 30 paused Go holders, 20 partitioned, 20 on a lost node, 50 handoffs per renewal mode (about 5 minutes).
 	go test -tags holderbench -count=1 -v -parallel $(HOLDER_BENCH_PARALLEL) -timeout 60m -run '^TestHolderBench' ./test/holder
 
 # make chaos: CHAOS_DURATION of faults (the test's default, 75s, when unset);
