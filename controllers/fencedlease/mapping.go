@@ -179,15 +179,22 @@ func requests(namespace string, names []string) []reconcile.Request {
 	return out
 }
 
-// leaseChanged lets through Lease events other than a renewal: a write that
-// changes nothing but renewTime (the operator's own renewal, another
-// replica's, or a holder's) needs no reconcile of its own. The next one,
-// which the grant's timing schedules, observes it, later rather than
-// sooner: on the side of a later expiry.
+// leaseChanged lets through Lease events other than an operator's renewal:
+// a write that changes nothing but renewTime of a grant the operator renews
+// (its own renewal, or another replica's) needs no reconcile of its own; the
+// next one, which the grant's timing schedules, observes it, later rather
+// than sooner: on the side of a later expiry. A holder's own renewal (renewal
+// Holder) does get one: the operator judges the grant's expiry from when it
+// observes the holder's renewals, and observing them only when the grant
+// would expire made a holder that stopped renewing lose its grant up to two
+// lease durations after its last renewal instead of one.
 func leaseChanged() predicate.Funcs {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, n := e.ObjectOld.(*coordinationv1.Lease), e.ObjectNew.(*coordinationv1.Lease)
+			if n.Annotations[fencingv1alpha1.LeaseAnnotationRenewal] == string(fencingv1alpha1.RenewalHolder) {
+				return true
+			}
 			if o.DeletionTimestamp != n.DeletionTimestamp || !equality.Semantic.DeepEqual(o.Annotations, n.Annotations) ||
 				!equality.Semantic.DeepEqual(o.OwnerReferences, n.OwnerReferences) {
 				return true

@@ -449,6 +449,17 @@ func (s *Session) renewOnce(ctx context.Context, l *lease) {
 	if fence == 0 {
 		return
 	}
+	// Timers fire late after a pause: look at the deadline again right
+	// before sending. A renewal of a grant that already ended would be
+	// accepted while the operator has not ended it yet, and make the
+	// operator wait a further lease duration for a holder that stopped.
+	s.mu.Lock()
+	s.expire()
+	ended := fence <= s.endedUpTo
+	s.mu.Unlock()
+	if ended {
+		return
+	}
 	sent := time.Now()
 	updated, err := s.api.updateLease(ctx, l, sent.UTC().Format("2006-01-02T15:04:05.000000Z07:00"), nil)
 	s.mu.Lock()
@@ -456,7 +467,11 @@ func (s *Session) renewOnce(ctx context.Context, l *lease) {
 	switch {
 	case fence <= s.endedUpTo:
 		// The grant ended while the renewal was on its way (released,
-		// expired): it stays ended.
+		// expired): it stays ended. The Lease version it wrote is still
+		// the one a release must be made on.
+		if err == nil {
+			s.see(updated)
+		}
 	case err == nil:
 		first := s.grant == nil || s.grant.Fence != fence
 		s.lastSend = sent
