@@ -268,21 +268,35 @@ func (s *Session) ReleaseGrant(ctx context.Context, fence int64) error {
 	}
 	l := s.lease
 	s.mu.Unlock()
-	if fence <= 0 || !s.releasable(l) || parseFence(l) != fence {
+	// A conflict means the Lease changed since this session last saw it:
+	// often the operator revoking the very grant (a pod being deleted). Read
+	// it again and release it if it is still this pod's grant.
+	for range 3 {
+		if fence <= 0 || !s.releasable(l) || parseFence(l) != fence {
+			return nil
+		}
+		updated, err := s.api.updateLease(ctx, l, "", map[string]string{leaseState: stateReleased})
+		switch {
+		case isConflict(err):
+			fresh, gerr := s.api.getLease(ctx, s.namespace, s.name)
+			if gerr != nil {
+				return fmt.Errorf("release the grant with fence %d (it will expire instead): read the Lease: %w", fence, gerr)
+			}
+			s.mu.Lock()
+			s.see(fresh)
+			s.mu.Unlock()
+			l = fresh
+			continue
+		case err != nil:
+			return fmt.Errorf("release the grant with fence %d (it will expire instead): %w", fence, err)
+		}
+		s.logf("Released the grant with fence %d", fence)
+		s.mu.Lock()
+		s.see(updated)
+		s.mu.Unlock()
 		return nil
 	}
-	updated, err := s.api.updateLease(ctx, l, "", map[string]string{leaseState: stateReleased})
-	switch {
-	case isConflict(err):
-		s.logf("The grant with fence %d had already ended when it was released", fence)
-		return nil
-	case err != nil:
-		return fmt.Errorf("release the grant with fence %d (it will expire instead): %w", fence, err)
-	}
-	s.logf("Released the grant with fence %d", fence)
-	s.mu.Lock()
-	s.see(updated)
-	s.mu.Unlock()
+	s.logf("The grant with fence %d kept changing while it was released: it will expire instead", fence)
 	return nil
 }
 
