@@ -77,7 +77,9 @@ func TestRollingReplacementHandsOverAtOnce(t *testing.T) {
 		pod, cur, running = nextPod, next, started
 	}
 	slices.Sort(handovers)
-	q := func(p float64) time.Duration { return handovers[int(p*float64(len(handovers)-1))].Round(100 * time.Microsecond) }
+	q := func(p float64) time.Duration {
+		return handovers[int(p*float64(len(handovers)-1))].Round(100 * time.Microsecond)
+	}
 	t.Logf("%d rolling replacements, old child stopped -> next grant written: min %s, p50 %s, p90 %s, max %s (lease %s)", n,
 		q(0), q(0.5), q(0.9), q(1), lease)
 	// A handover that waited for the revoked grant to expire took a lease
