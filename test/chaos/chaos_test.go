@@ -104,6 +104,8 @@ func TestChaos(t *testing.T) {
 	g.Expect(s.BySource["stale"]).To(BeNumerically(">", 0), "no stale write")
 	g.Expect(s.StaleRejections()).To(BeNumerically(">", 0), "no stale or impostor write was fenced off")
 	g.Expect(s.BySource["impostor/not_holder"]).To(BeNumerically(">", 0), "no impostor write was refused")
+	g.Expect(s.BeliefHandoffs).To(BeNumerically(">=", cfg.MinBeliefHandoffs), "no renewal Holder handoff: no holder process's belief passed to another pod")
+	g.Expect(s.Released).To(BeNumerically(">=", cfg.MinReleases), "no grant was released")
 	for _, k := range faultKinds {
 		g.Expect(s.Faults).To(HaveKey(k.name), "fault %s never injected", k.name)
 	}

@@ -40,6 +40,11 @@ type Result struct {
 	// UnknownApplied and UnknownLost split the writes of unknown outcome by
 	// whether the object's watch shows them applied.
 	UnknownApplied, UnknownLost int
+	// MinBeliefGap is the shortest time between the end of a renewal Holder
+	// process's belief and the start of the next belief of the lease (-1
+	// when there was no such handoff): how close the run came to two pods
+	// believing at once.
+	MinBeliefGap time.Duration
 }
 
 func (r *Result) violate(format string, args ...any) {
@@ -49,10 +54,12 @@ func (r *Result) violate(format string, args ...any) {
 // Check runs every check of the history but the holder checker's, which
 // watches the publications itself (testenv.WatchHolders).
 func Check(h *History, o CheckOptions) (*Result, error) {
-	r := &Result{}
+	r := &Result{MinBeliefGap: -1}
 	checkAuthority(h, o, r)
 	checkNewerGrant(h, o, r)
 	checkApplyOrder(h, r)
+	checkBeliefs(h, r)
+	checkReleases(h, r)
 	msg, err := checkLinearizable(h, o.LinearizabilityTimeout, o.Visualization)
 	if err != nil {
 		return nil, err
@@ -80,6 +87,15 @@ func checkAuthority(h *History, o CheckOptions, r *Result) {
 	for _, hd := range h.Holdings {
 		k := key{hd.Lease, string(hd.PodUID), hd.Fence}
 		byKey[k] = append(byKey[k], hd)
+	}
+	// A belief of a renewal Holder process is evidence like its own read of
+	// its pod: its Session believes only after its own compare-and-swap
+	// renewal of the Lease, on a version that names the pod held with that
+	// fence, was accepted by the API server; it ends at the latest at the
+	// grant's deadline. (The belief check below keeps beliefs honest.)
+	for _, b := range h.Beliefs {
+		k := key{b.Lease, string(b.PodUID), b.Fence}
+		byKey[k] = append(byKey[k], Holding{Lease: b.Lease, Pod: b.Pod, PodUID: b.PodUID, Fence: b.Fence, From: b.From, To: b.To, Via: ViaRead})
 	}
 	for _, a := range h.Attempts {
 		if a.Outcome != Accepted {
@@ -197,6 +213,79 @@ func checkApplyOrder(h *History, r *Result) {
 			r.UnknownLost++
 		}
 	}
+}
+
+// checkBeliefs: no two holder processes believe they hold the same lease at
+// once (the holder's own view is bounded: DESIGN invariant 8, with takeover
+// Safe). Beliefs of different grants (another pod, or the same pod's other
+// fence) must not overlap at all: no tolerance. Every process runs in this
+// test binary, and every From and To is on the one monotonic clock of the
+// recorder, so there is no clock skew to allow for. From is recorded after
+// HolderContext returned (never before the session held the grant), and To
+// is the earlier of the noticed end and the deadline that bounds Valid
+// exactly, so the span is never shorter than what the process could act on
+// at its checks. Between one holder's To and the next one's From there is
+// always at least an API round trip (a release written, then the operator's
+// grant, then the new holder's first renewal) or the margin of the Session
+// plus the operator's observation delay (expiry), so a correct product leaves
+// a gap of milliseconds at the very least, and any overlap is a real one.
+func checkBeliefs(h *History, r *Result) {
+	byLease := map[string][]Belief{}
+	for _, b := range h.Beliefs {
+		if b.To < b.From {
+			r.violate("belief of %s in fence %d of %s ends (%s) before it begins (%s)", b.Pod, b.Fence, b.Lease, b.To, b.From)
+		}
+		byLease[b.Lease] = append(byLease[b.Lease], b)
+	}
+	leases := make([]string, 0, len(byLease))
+	for l := range byLease {
+		leases = append(leases, l)
+	}
+	sort.Strings(leases)
+	for _, l := range leases {
+		bs := byLease[l]
+		sort.SliceStable(bs, func(i, j int) bool { return bs[i].From < bs[j].From })
+		for i, a := range bs {
+			for _, b := range bs[i+1:] {
+				if b.From >= a.To {
+					break // sorted by From: no later one starts before a ends
+				}
+				if a.PodUID == b.PodUID && a.Fence == b.Fence {
+					continue
+				}
+				r.violate("%s and %s both believed they held %s: %s fence %d during [%s, %s] (ended: %s), %s fence %d during [%s, %s] (ended: %s), overlapping by %s",
+					a.Pod, b.Pod, l, a.Pod, a.Fence, a.From, a.To, a.Why, b.Pod, b.Fence, b.From, b.To, b.Why, min(a.To, b.To)-b.From)
+			}
+		}
+		// The fences believed go up with time.
+		for i := 1; i < len(bs); i++ {
+			if gap := bs[i].From - bs[i-1].To; gap >= 0 && (r.MinBeliefGap < 0 || gap < r.MinBeliefGap) {
+				r.MinBeliefGap = gap
+			}
+			if bs[i].Fence < bs[i-1].Fence {
+				r.violate("%s believed fence %d of %s from %s, after %s believed the newer fence %d from %s",
+					bs[i].Pod, bs[i].Fence, l, bs[i].From, bs[i-1].Pod, bs[i-1].Fence, bs[i-1].From)
+			}
+		}
+	}
+}
+
+// checkReleases: a late release (of an older fence, once a newer grant of
+// the lease exists) changes nothing.
+func checkReleases(h *History, r *Result) {
+	for _, rel := range h.Releases {
+		if rel.Outcome == ReleaseChanged {
+			r.violate("release #%d by %s of its old fence %d of %s during [%s, %s] ended the newer grant with fence %d%s",
+				rel.ID, rel.Pod, rel.Fence, rel.Lease, rel.Call, rel.Return, rel.Newer, errSuffix(rel.Err))
+		}
+	}
+}
+
+func errSuffix(s string) string {
+	if s == "" {
+		return ""
+	}
+	return ": " + s
 }
 
 // holdersNear describes who held the lease around an attempt, for a

@@ -25,6 +25,10 @@ type runConfig struct {
 	// MinHandoffs, MinAttempts: below them the run explored too little to
 	// mean anything, and fails.
 	MinHandoffs, MinAttempts int
+	// MinBeliefHandoffs, MinReleases: below them the renewal Holder lease
+	// was not explored (no holder process's belief passed to another pod,
+	// or no grant was released).
+	MinBeliefHandoffs, MinReleases int
 }
 
 // leaseConfig is one FencedLease, its candidates and its protected objects.
@@ -33,8 +37,12 @@ type leaseConfig struct {
 	Takeover fencingv1alpha1.TakeoverPolicy
 	Duration int32 // leaseDurationSeconds
 	MaxHold  int32 // maxHoldSeconds
-	Pods     int
-	Objects  []string
+	// Renewal is spec.renewal: with Holder the lease's processes follow it
+	// with a fence.Session, renew it and release it, instead of reading
+	// their pod.
+	Renewal fencingv1alpha1.RenewalMode
+	Pods    int
+	Objects []string
 }
 
 // Defaults of a run.
@@ -64,11 +72,14 @@ func loadConfig() (runConfig, error) {
 		}
 	}
 	// Short leases, so that handoffs are frequent; both takeover modes; one
-	// lease rotates its holder on its own (maxHoldSeconds).
+	// lease rotates its holder on its own (maxHoldSeconds); one is renewed by
+	// its holders (renewal Holder, so takeover Safe bounds what the old
+	// holder believes too).
 	c.Leases = []leaseConfig{
 		{Name: "l0", Takeover: fencingv1alpha1.TakeoverSafe, Duration: 2, MaxHold: 8, Pods: 3},
 		{Name: "l1", Takeover: fencingv1alpha1.TakeoverImmediate, Duration: 2, MaxHold: 6, Pods: 3},
 		{Name: "l2", Takeover: fencingv1alpha1.TakeoverImmediate, Duration: 3, Pods: 3},
+		{Name: "l3", Takeover: fencingv1alpha1.TakeoverSafe, Duration: 3, Renewal: fencingv1alpha1.RenewalHolder, Pods: 3},
 	}
 	for i := range c.Leases {
 		l := &c.Leases[i]
@@ -76,5 +87,6 @@ func loadConfig() (runConfig, error) {
 	}
 	c.MinHandoffs = max(8, int(c.Duration/(8*time.Second)))
 	c.MinAttempts = max(100, int(c.Duration/time.Second)*2)
+	c.MinBeliefHandoffs, c.MinReleases = 1, 1
 	return c, nil
 }

@@ -7,13 +7,24 @@
 // believe they hold the lease, some of them after a pause with a fence that
 // may be stale.
 //
+// One FencedLease is renewed by its holders (spec.renewal: Holder, takeover
+// Safe): its processes follow it with a pkg/fence Session acting as their
+// pod, check Session.Valid before every write, pause as a whole process (the
+// Session's requests wait too), and release their grants at times: while
+// holding, with a client deadline of a few milliseconds, after the grant
+// ended, and late (an older fence, once a newer grant exists: it must change
+// nothing). Each process records its beliefs, from the grant HolderContext
+// returned to the earlier of the noticed end and the grant's deadline; no two
+// beliefs of a lease may overlap, not even by a millisecond.
+//
 // Every write attempt is recorded with its call and return time and outcome,
 // along with the holders as the API server published them, and the history
 // is checked afterwards: per object against a porcupine model of a fenced
 // register (fences never go back in real-time order, every acknowledged write
 // survives unless overwritten), and against the publications (no write
 // accepted from a pod that did not hold that fence, none with an older fence
-// once a newer one was granted, never two published holders).
+// once a newer one was granted, never two published holders), and the
+// beliefs against each other (never two pods believing they hold at once).
 //
 // The tests carry the build tag chaos, so that `go test ./...` skips them;
 // `make chaos` runs the short run, `make chaos LONG=1` the long one.

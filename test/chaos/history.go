@@ -108,10 +108,77 @@ type Read struct {
 	Call, Return    time.Duration
 }
 
+// Belief is a span during which a holder process of a renewal Holder lease
+// believed, from its fence.Session, that it held a grant and could act on it:
+// From is when HolderContext returned the grant (recorded after it
+// returned, so no later than the process's first act under it); To is the
+// earlier of when the process noticed the end (its holder context done,
+// Current no longer the grant, its own release, the run stopping) and the
+// latest Deadline the grant carried when the process last saw it valid: past
+// that deadline Valid is false whatever the process does, so a process that
+// stopped looking (paused) believes no longer than that.
+type Belief struct {
+	Lease    string
+	Pod      string
+	PodUID   types.UID
+	Fence    int64
+	From, To time.Duration
+	// Why says what ended it: "lost", "deadline", "release", "stop".
+	Why string
+}
+
+// ReleaseKind is which kind of release a holder process made.
+type ReleaseKind string
+
+// Kinds of release.
+const (
+	// ReleaseHeld: the process stopped its work and released the grant it
+	// held (Session.Release).
+	ReleaseHeld ReleaseKind = "release"
+	// ReleaseEnded: the process noticed its grant end (revoked, expired,
+	// moved on) and released it by fence (Session.ReleaseGrant): ending a
+	// revoked grant early, a no-op for one that moved on.
+	ReleaseEnded ReleaseKind = "release-ended"
+	// ReleaseShort: Release with a client deadline of a few milliseconds;
+	// its outcome may be unknown.
+	ReleaseShort ReleaseKind = "release-short"
+	// ReleaseLate: ReleaseGrant of an older fence of this pod after a newer
+	// grant of the lease exists; it must change nothing.
+	ReleaseLate ReleaseKind = "release-late"
+)
+
+// Outcomes of a release, as the process could tell them (the Session's log
+// says whether it wrote the release).
+const (
+	ReleaseReleased = "released" // the release was written
+	ReleaseNoop     = "no-op"    // nothing to release, or the grant had already ended (conflict)
+	ReleaseUnknown  = "unknown"  // an error, maybe a timeout: it may have been written
+	ReleaseChanged  = "changed"  // a late release ended a newer grant: a violation
+)
+
+// Release is one release call of a holder process.
+type Release struct {
+	ID      int
+	Pod     string
+	PodUID  types.UID
+	Lease   string
+	Kind    ReleaseKind
+	Fence   int64
+	Outcome string
+	// Newer is the fence of the Lease when a late release was made.
+	Newer        int64
+	Call, Return time.Duration
+	Err          string
+}
+
 // History is everything a run recorded, ready to be checked.
 type History struct {
 	Attempts []Attempt
 	Holdings []Holding
+	// Beliefs are the holder processes' beliefs of renewal Holder leases,
+	// Releases their release calls.
+	Beliefs  []Belief
+	Releases []Release
 	// Versions are the states of each object in apply order. Gaps names
 	// the objects whose watch may have missed some ("*" for every object;
 	// "pods" and "fencedleases" for those watches), for which completeness
@@ -160,6 +227,25 @@ func NewRecorder() *Recorder {
 
 // Now is the time since the start of the run, on the monotonic clock.
 func (r *Recorder) Now() time.Duration { return time.Since(r.start) }
+
+// Since is t on the run's clock (t must carry a monotonic reading, as
+// time.Now does and a deadline derived from it does).
+func (r *Recorder) Since(t time.Time) time.Duration { return t.Sub(r.start) }
+
+// Belief records a holder process's belief that ended.
+func (r *Recorder) Belief(b Belief) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.h.Beliefs = append(r.h.Beliefs, b)
+}
+
+// Release records a release call that returned.
+func (r *Recorder) Release(rel Release) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rel.ID = len(r.h.Releases)
+	r.h.Releases = append(r.h.Releases, rel)
+}
 
 // Attempt records a finished write and returns its ID.
 func (r *Recorder) Attempt(a Attempt) int {
@@ -278,6 +364,9 @@ func (r *Recorder) History() *History {
 	h.Attempts = append([]Attempt(nil), r.h.Attempts...)
 	h.Holdings = append([]Holding(nil), r.h.Holdings...)
 	h.FaultLog = append([]FaultEvent(nil), r.h.FaultLog...)
+	h.Beliefs = append([]Belief(nil), r.h.Beliefs...)
+	h.Releases = append([]Release(nil), r.h.Releases...)
+	sort.SliceStable(h.Beliefs, func(i, j int) bool { return h.Beliefs[i].From < h.Beliefs[j].From })
 	for _, byKey := range r.open {
 		for _, o := range byKey {
 			h.Holdings = append(h.Holdings, *o)

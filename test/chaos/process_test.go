@@ -53,6 +53,8 @@ type process struct {
 	rng   *rand.Rand
 	stale bool
 	seq   int
+	// ss is set for a process of a renewal Holder lease (runSession).
+	ss *sessionState
 }
 
 func newProcess(w *world, l *lease, pod *corev1.Pod, c client.Client) *process {

@@ -26,9 +26,17 @@ type Summary struct {
 	BySource map[string]int
 	Faults   map[string]int
 	// Handoffs is the number of distinct fences published to pods.
-	Handoffs   int
-	Violations int
-	Result     *Result
+	Handoffs int
+	// Beliefs counts the beliefs of renewal Holder processes,
+	// BeliefHandoffs the times a lease's belief passed to another pod.
+	Beliefs, BeliefHandoffs int
+	// Releases counts release calls by kind/outcome; Released, LateNoop
+	// and ReleaseUnknown are the releases written, the late releases that
+	// changed nothing, and those of unknown outcome.
+	Releases                           map[string]int
+	Released, LateNoop, ReleaseUnknown int
+	Violations                         int
+	Result                             *Result
 }
 
 // staleReasons are the denials that prove a stale or impostor writer was
@@ -74,6 +82,26 @@ func Summarize(seed int64, d time.Duration, h *History, r *Result) *Summary {
 		}
 	}
 	s.Handoffs = len(fences)
+	s.Releases = map[string]int{}
+	for _, rel := range h.Releases {
+		s.Releases[string(rel.Kind)+"/"+rel.Outcome]++
+		switch {
+		case rel.Outcome == ReleaseReleased:
+			s.Released++
+		case rel.Outcome == ReleaseUnknown:
+			s.ReleaseUnknown++
+		case rel.Kind == ReleaseLate && rel.Outcome == ReleaseNoop:
+			s.LateNoop++
+		}
+	}
+	last := map[string]Belief{}
+	for _, b := range h.Beliefs { // sorted by From
+		s.Beliefs++
+		if prev, ok := last[b.Lease]; ok && prev.PodUID != b.PodUID {
+			s.BeliefHandoffs++
+		}
+		last[b.Lease] = b
+	}
 	s.Violations = len(r.Violations)
 	return s
 }
@@ -90,9 +118,12 @@ func (s *Summary) String() string {
 	fmt.Fprintf(&b, "  rejected by reason: %s\n", counts(s.Rejected))
 	fmt.Fprintf(&b, "  by source: %s\n", counts(s.BySource))
 	fmt.Fprintf(&b, "  faults: %s\n", counts(s.Faults))
+	fmt.Fprintf(&b, "  holder renewal: beliefs=%d belief-handoffs=%d released=%d late-release-no-op=%d release-unknown=%d; releases: %s\n",
+		s.Beliefs, s.BeliefHandoffs, s.Released, s.LateNoop, s.ReleaseUnknown, counts(s.Releases))
 	if r := s.Result; r != nil {
 		fmt.Fprintf(&b, "  unknown outcomes applied=%d not applied=%d; accepted in the admission window=%d (max %s after the holding ended); accepted while only the status named the pod=%d\n",
 			r.UnknownApplied, r.UnknownLost, r.InWindow, r.MaxLateness.Round(10*time.Microsecond), r.StatusOnly)
+		fmt.Fprintf(&b, "  shortest gap between two renewal Holder beliefs of a lease: %s\n", r.MinBeliefGap.Round(10*time.Microsecond))
 		for _, n := range r.Notes {
 			fmt.Fprintf(&b, "  note: %s\n", n)
 		}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/test/testenv"
@@ -85,6 +87,12 @@ func (w *world) setup() error {
 	}); err != nil {
 		return fmt.Errorf("create RoleBinding holder: %w", err)
 	}
+	// The pods of a renewal Holder lease renew their own Lease: the workload
+	// ClusterRole of config/rbac, bound in the namespace, as a workload's
+	// install does (docs/install.md).
+	if err := w.bindWorkloadRole(); err != nil {
+		return err
+	}
 	for _, n := range w.cfg.Nodes {
 		if err := testenv.EnsureNode(w.ctx, w.admin, n); err != nil {
 			return err
@@ -93,6 +101,9 @@ func (w *world) setup() error {
 	for _, lc := range w.cfg.Leases {
 		fl := testenv.FencedLease(ns, lc.Name, candidateLabels(lc.Name), func(fl *fencingv1alpha1.FencedLease) {
 			fl.Spec.Takeover, fl.Spec.LeaseDurationSeconds, fl.Spec.MaxHoldSeconds = lc.Takeover, lc.Duration, lc.MaxHold
+			if lc.Renewal != "" {
+				fl.Spec.Renewal = lc.Renewal
+			}
 		})
 		if err := w.admin.Create(w.ctx, fl); err != nil {
 			return fmt.Errorf("create FencedLease %s: %w", lc.Name, err)
@@ -102,6 +113,32 @@ func (w *world) setup() error {
 			l.slots = append(l.slots, &slot{index: i})
 		}
 		w.leases = append(w.leases, l)
+	}
+	return nil
+}
+
+// bindWorkloadRole creates the workload ClusterRole of config/rbac (as
+// fencedlease-workload, the name the install gives it) and binds it to the
+// namespace's default service account.
+func (w *world) bindWorkloadRole() error {
+	data, err := os.ReadFile(testenv.RepoRoot() + "/config/rbac/workload_role.yaml")
+	if err != nil {
+		return err
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.Unmarshal(data, role); err != nil {
+		return fmt.Errorf("decode the workload ClusterRole: %w", err)
+	}
+	role.Name = "fencedlease-workload"
+	if err := w.admin.Create(w.ctx, role); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create ClusterRole %s: %w", role.Name, err)
+	}
+	if err := w.admin.Create(w.ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "workload"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: w.ns, Name: "default"}},
+	}); err != nil {
+		return fmt.Errorf("create RoleBinding workload: %w", err)
 	}
 	return nil
 }
@@ -157,10 +194,19 @@ func (w *world) replace(l *lease, s *slot, node string) error {
 	s.pod = pod.DeepCopy()
 	w.mu.Unlock()
 	p := newProcess(w, l, pod, c)
+	run := p.run
+	if l.Renewal == fencingv1alpha1.RenewalHolder {
+		// Its Session acts as the pod too, with a token of its own.
+		token, err := testenv.PodToken(w.ctx, w.env.Config, pod)
+		if err != nil {
+			return err
+		}
+		run = func() { p.runSession(token) }
+	}
 	w.procs.Add(1)
 	go func() {
 		defer w.procs.Done()
-		p.run()
+		run()
 	}()
 	return nil
 }
