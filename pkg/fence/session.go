@@ -42,6 +42,12 @@ type SessionConfig struct {
 	Lease     string
 	// Margin: see DefaultMargin.
 	Margin time.Duration
+	// ReleaseOnCancel releases the grant that HolderContext returned when
+	// the context given to HolderContext is cancelled while this pod still
+	// holds it, so that the next candidate is granted at once. As with
+	// client-go's ReleaseOnCancel, cancelling that context says that the
+	// work under the grant has stopped: cancel it only then.
+	ReleaseOnCancel bool
 	// Logf, if set, receives what the session does, for a log.
 	Logf func(format string, args ...any)
 }
@@ -68,6 +74,7 @@ type Session struct {
 	namespace, name string
 	podName, podUID string
 	margin          time.Duration
+	releaseOnCancel bool
 	logf            func(string, ...any)
 	done            chan struct{}
 	stop            context.CancelFunc
@@ -127,7 +134,7 @@ func NewSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 	}
 	rctx, stop := context.WithCancel(context.Background())
 	s := &Session{api: api, namespace: cfg.Namespace, name: cfg.Lease, podName: name, podUID: uid, margin: cfg.Margin,
-		logf: cfg.Logf, done: make(chan struct{}), stop: stop, changed: make(chan struct{})}
+		releaseOnCancel: cfg.ReleaseOnCancel, logf: cfg.Logf, done: make(chan struct{}), stop: stop, changed: make(chan struct{})}
 	s.see(l)
 	s.wg.Add(2)
 	go s.watch(rctx)
@@ -231,11 +238,30 @@ func (s *Session) HolderContext(ctx context.Context) (context.Context, Grant, er
 				s.mu.Unlock()
 			}
 			if hctx.Err() != nil {
+				if ctx.Err() != nil && s.releaseOnCancel {
+					s.releaseCancelled(g)
+				}
 				return
 			}
 		}
 	}()
 	return hctx, g, nil
+}
+
+// releaseCancelled releases g after its holder's context was cancelled
+// (ReleaseOnCancel), if this pod still holds it.
+func (s *Session) releaseCancelled(g Grant) {
+	s.mu.Lock()
+	held := s.grant != nil && s.grant.Fence == g.Fence
+	s.mu.Unlock()
+	if !held {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.ReleaseGrant(ctx, g.Fence); err != nil {
+		s.logf("%v", err)
+	}
 }
 
 // Release ends the grant this pod holds: it stops holding it at once, then

@@ -177,3 +177,34 @@ func TestReleaseOfARevokedGrantHandsOverAtOnce(t *testing.T) {
 	f.g.Consistently(func() bool { return sb.Valid(gb) }).WithTimeout(time.Second).Should(BeTrue())
 	f.g.Expect(f.lease().Annotations[fencingv1alpha1.LeaseAnnotationHolderUID]).To(Equal(string(b.UID)))
 }
+
+// TestReleaseOnCancel: with ReleaseOnCancel, cancelling the context given to
+// HolderContext releases the grant (takeover Safe, a 60 s lease): b is
+// granted at once. Without it, the same cancellation leaves the grant to
+// expire: b is not granted for as long as a keeps renewing.
+func TestReleaseOnCancel(t *testing.T) {
+	f := newFixture(t)
+	f.fencedLease(func(fl *fencingv1alpha1.FencedLease) { fl.Spec.LeaseDurationSeconds = 60 })
+	a := f.readyPod("a", time.Hour)
+	b := f.readyPod("b", time.Minute)
+	sa := f.sessionWith(a, nil, func(c *fence.SessionConfig) { c.ReleaseOnCancel = true })
+	sb := f.session(b, nil)
+
+	ctx, cancel := context.WithCancel(f.ctx)
+	_, ga, err := sa.HolderContext(ctx)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	cancel()
+	waitCtx, stop := context.WithTimeout(f.ctx, 10*time.Second)
+	defer stop()
+	gb, err := sb.WaitHolder(waitCtx)
+	f.g.Expect(err).NotTo(HaveOccurred(), "b is granted long before a's 60s lease would expire")
+	f.g.Expect(gb.Fence).To(BeNumerically(">", ga.Fence))
+
+	// Without ReleaseOnCancel, b's cancelled context releases nothing.
+	ctx, cancel = context.WithCancel(f.ctx)
+	_, _, err = sb.HolderContext(ctx)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	cancel()
+	f.g.Consistently(func() bool { return sb.Valid(gb) }).WithTimeout(3 * time.Second).Should(BeTrue())
+	f.g.Expect(f.lease().Annotations[fencingv1alpha1.LeaseAnnotationState]).To(Equal("held"))
+}

@@ -110,16 +110,25 @@ func (f *fixture) readyPod(name string, readyFor time.Duration) *corev1.Pod {
 
 // session starts the pod's Session, acting with its own bound token.
 func (f *fixture) session(pod *corev1.Pod, api func(*fence.APIConfig)) *fence.Session {
+	return f.sessionWith(pod, api, nil)
+}
+
+// sessionWith is session with the session's configuration changed too.
+func (f *fixture) sessionWith(pod *corev1.Pod, api func(*fence.APIConfig), config func(*fence.SessionConfig)) *fence.Session {
 	token, err := testenv.PodToken(f.ctx, env.Config, pod)
 	f.g.Expect(err).NotTo(HaveOccurred())
 	cfg := &fence.APIConfig{Host: env.Config.Host, CAData: env.Config.CAData, Token: func() (string, error) { return token, nil }}
 	if api != nil {
 		api(cfg)
 	}
+	sc := fence.SessionConfig{API: cfg, Namespace: f.ns, Lease: "db",
+		Margin: 500 * time.Millisecond, Logf: func(format string, args ...any) { f.t.Logf(pod.Name+": "+format, args...) }}
+	if config != nil {
+		config(&sc)
+	}
 	var s *fence.Session
 	f.g.Eventually(func() error {
-		s, err = fence.NewSession(f.ctx, fence.SessionConfig{API: cfg, Namespace: f.ns, Lease: "db",
-			Margin: 500 * time.Millisecond, Logf: func(format string, args ...any) { f.t.Logf(pod.Name+": "+format, args...) }})
+		s, err = fence.NewSession(f.ctx, sc)
 		return err
 	}).WithTimeout(timeout).Should(Succeed(), "the Lease exists")
 	f.t.Cleanup(func() { _ = s.Close() })
