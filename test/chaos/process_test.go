@@ -123,6 +123,14 @@ func (p *process) look(ctx context.Context) (role string, fence int64, gone bool
 // pause stops the process without reading its pod, then writes with the
 // fence it had, without looking whether it still holds it.
 func (p *process) pause(ctx context.Context, fence int64) {
+	p.pauseThen(ctx, fence, nil, nil)
+}
+
+// pauseThen draws a pause (its length, and whether the pod's readiness
+// probe fails meanwhile), records it, runs stop before and resume after it,
+// and then makes 1–3 stale writes with fence, as a resumed process does
+// before it looks again.
+func (p *process) pauseThen(ctx context.Context, fence int64, stop, resume func()) {
 	d := pauseMin + time.Duration(p.rng.Int64N(int64(pauseMax-pauseMin)))
 	probe := p.rng.IntN(2) == 0
 	kind := "pause"
@@ -130,6 +138,9 @@ func (p *process) pause(ctx context.Context, fence int64) {
 		kind = "pause+probe"
 	}
 	p.w.rec.Fault(kind, fmt.Sprintf("%s %s", p.name, d))
+	if stop != nil {
+		stop()
+	}
 	if probe {
 		pod := &corev1.Pod{}
 		pod.Namespace, pod.Name = p.w.ns, p.name
@@ -139,6 +150,9 @@ func (p *process) pause(ctx context.Context, fence int64) {
 		_ = testenv.SetReady(ctx, p.w.admin, pod, time.Now())
 	} else {
 		sleep(ctx, d)
+	}
+	if resume != nil {
+		resume()
 	}
 	for i := 1 + p.rng.IntN(3); i > 0; i-- {
 		p.write(ctx, fence, SourceStale)

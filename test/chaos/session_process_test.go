@@ -17,7 +17,6 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/pkg/fence"
-	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
 // Releases of a renewal Holder process, per look while it holds (a few
@@ -239,29 +238,7 @@ func (p *process) hold(ctx context.Context, s *fence.Session) {
 // sooner). Then, as a resumed process would before it looks again, it
 // writes with the fence it had, without checking Valid.
 func (p *process) pauseSession(ctx context.Context, g fence.Grant) {
-	d := pauseMin + time.Duration(p.rng.Int64N(int64(pauseMax-pauseMin)))
-	probe := p.rng.IntN(2) == 0
-	kind := "pause"
-	if probe {
-		kind = "pause+probe"
-	}
-	p.w.rec.Fault(kind, fmt.Sprintf("%s %s", p.name, d))
-	p.ss.gate.Lock()
-	if probe {
-		pod := &corev1.Pod{}
-		pod.Namespace, pod.Name = p.w.ns, p.name
-		sleep(ctx, 500*time.Millisecond)
-		_ = testenv.SetContainersNotReady(ctx, p.w.admin, pod)
-		sleep(ctx, d-500*time.Millisecond)
-		_ = testenv.SetReady(ctx, p.w.admin, pod, time.Now())
-	} else {
-		sleep(ctx, d)
-	}
-	p.ss.gate.Unlock()
-	for i := 1 + p.rng.IntN(3); i > 0; i-- {
-		p.write(ctx, g.Fence, SourceStale)
-		p.pace(writeEvery / 2)
-	}
+	p.pauseThen(ctx, g.Fence, p.ss.gate.Lock, p.ss.gate.Unlock)
 }
 
 // release releases a grant and records the call: Release for the grant

@@ -133,18 +133,8 @@ func partitioned(t *testing.T, bin binaries, lostNode bool) partitionRun {
 // partitionRuns runs n partitioned-holder runs as parallel subtests.
 func partitionRuns(t *testing.T, n int, lostNode bool) []partitionRun {
 	bin := buildBinaries(t)
-	runs := make([]partitionRun, n)
-	t.Run("runs", func(t *testing.T) {
-		for i := range n {
-			t.Run(fmt.Sprintf("%03d", i), func(t *testing.T) {
-				runs[i] = partitioned(t, bin, lostNode)
-			})
-		}
-	})
-	if t.Failed() {
-		t.FailNow()
-	}
-	return runs
+	return parallelRuns(t, n, func(i int) string { return fmt.Sprintf("%03d", i) },
+		func(t *testing.T, _ int) partitionRun { return partitioned(t, bin, lostNode) })
 }
 
 // TestFenceRunPartitioned: a holder cut off from the API server stops its

@@ -265,19 +265,9 @@ func pausedPastDeadline(t *testing.T, bin binaries, early, goHolder bool) pauseR
 // Session.
 func pauseRuns(t *testing.T, n int, goHolder bool) []pauseRun {
 	bin := buildBinaries(t)
-	runs := make([]pauseRun, n)
-	t.Run("runs", func(t *testing.T) {
-		for i := range n {
-			early := i%3 == 0
-			t.Run(fmt.Sprintf("%03d-early=%v", i, early), func(t *testing.T) {
-				runs[i] = pausedPastDeadline(t, bin, early, goHolder)
-			})
-		}
-	})
-	if t.Failed() {
-		t.FailNow()
-	}
-	return runs
+	early := func(i int) bool { return i%3 == 0 }
+	return parallelRuns(t, n, func(i int) string { return fmt.Sprintf("%03d-early=%v", i, early(i)) },
+		func(t *testing.T, i int) pauseRun { return pausedPastDeadline(t, bin, early(i), goHolder) })
 }
 
 // TestFenceRunPausedPastItsDeadline is the short variant of the

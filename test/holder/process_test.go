@@ -683,3 +683,19 @@ func (k *kubeletFiles) swappedAfter(uid types.UID, t time.Time) (time.Time, bool
 	}
 	return time.Time{}, false
 }
+
+// parallelRuns runs n runs of one proof as parallel subtests of t (at most
+// -parallel at once), named by name(i), and returns what each measured; it
+// stops t if any run failed.
+func parallelRuns[R any](t *testing.T, n int, name func(int) string, run func(*testing.T, int) R) []R {
+	runs := make([]R, n)
+	t.Run("runs", func(t *testing.T) {
+		for i := range n {
+			t.Run(name(i), func(t *testing.T) { runs[i] = run(t, i) })
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	return runs
+}
