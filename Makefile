@@ -70,7 +70,7 @@ helm-lint: $(HELM) ## Lint the Helm chart, with its default values and with ever
 ##@ Test
 
 .PHONY: test
-test: cluster $(HELM) verify vet lint ## Run every test: unit, and integration against a real kube-apiserver, etcd, kube-controller-manager and PostgreSQL, both install paths (Helm, kustomize) included, then the short chaos run.
+test: cluster-tools $(HELM) verify vet lint ## Run every test: unit, and integration against a real kube-apiserver, etcd, kube-controller-manager and PostgreSQL, both install paths (Helm, kustomize) included, then the short chaos run.
 	go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) --no-print-directory chaos
 
@@ -141,8 +141,8 @@ docker-build: ## Build the container image (needs a Docker engine).
 control-plane: ## Build kube-apiserver, etcd and kubectl into bin/k8s/ (minutes the first time).
 	@hack/tools.sh control-plane >/dev/null
 
-.PHONY: cluster
-cluster: ## Build the control plane plus kube-controller-manager and kube-scheduler into bin/k8s/.
+.PHONY: cluster-tools
+cluster-tools: ## Build the control plane plus kube-controller-manager and kube-scheduler into bin/k8s/.
 	@hack/tools.sh cluster >/dev/null
 
 $(CONTROLLER_GEN):
