@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -57,42 +58,32 @@ func WatchHolders(ctx context.Context, cfg *rest.Config, ns string) (*HolderChec
 	if err != nil {
 		return nil, err
 	}
-	pods, err := c.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns))
-	if err != nil {
-		return nil, fmt.Errorf("watch pods in %s: %w", ns, err)
-	}
-	fls, err := c.Watch(ctx, &fencingv1alpha1.FencedLeaseList{}, client.InNamespace(ns))
-	if err != nil {
-		pods.Stop()
-		return nil, fmt.Errorf("watch FencedLeases in %s: %w", ns, err)
-	}
 	hc := &HolderChecker{pods: map[types.UID]publication{}, max: map[string]int64{}, lost: map[string]map[int64]bool{},
 		status: map[types.UID]*statusRecord{}}
-	go hc.follow(ctx, pods)
-	go hc.follow(ctx, fls)
+	gap := func(kind string) func() {
+		return func() {
+			hc.locked(func() { hc.fail("the watch of %s in %s could not resume: the history is incomplete", kind, ns) })
+		}
+	}
+	if err := Follow(ctx, c, ns, &corev1.PodList{}, gap("pods"), func(t watch.EventType, o runtime.Object) {
+		hc.observePod(t, o.(*corev1.Pod))
+	}); err != nil {
+		return nil, err
+	}
+	if err := Follow(ctx, c, ns, &fencingv1alpha1.FencedLeaseList{}, gap("FencedLeases"), func(t watch.EventType, o runtime.Object) {
+		if t != watch.Deleted {
+			hc.observeStatus(o.(*fencingv1alpha1.FencedLease))
+		}
+	}); err != nil {
+		return nil, err
+	}
 	return hc, nil
 }
 
-func (hc *HolderChecker) follow(ctx context.Context, w watch.Interface) {
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return
-			}
-			switch o := ev.Object.(type) {
-			case *corev1.Pod:
-				hc.observePod(ev.Type, o)
-			case *fencingv1alpha1.FencedLease:
-				if ev.Type != watch.Deleted {
-					hc.observeStatus(o)
-				}
-			}
-		}
-	}
+func (hc *HolderChecker) locked(f func()) {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	f()
 }
 
 func (hc *HolderChecker) fail(format string, args ...any) {
