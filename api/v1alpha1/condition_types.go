@@ -64,6 +64,14 @@ const (
 	EventSelectorOverlap    = "SelectorOverlap"
 	EventStaleWriteRejected = "StaleWriteRejected"
 	EventBreakGlass         = "BreakGlassWrite"
+	// EventHandoffRefused: a requested handoff was not carried out (no other
+	// candidate is eligible, the FencedLease is paused, or no pod holds the
+	// lease); the holder, if any, keeps its grant.
+	EventHandoffRefused = "HandoffRefused"
+	// EventHolderGranted and EventHolderLost are recorded on the pods: the
+	// pod became the holder (its fence is published), or its grant ended.
+	EventHolderGranted = "HolderGranted"
+	EventHolderLost    = "HolderLost"
 	// EventProtectionUnavailable: see ReasonProtectionUnavailable.
 	EventProtectionUnavailable = "ProtectionUnavailable"
 )

@@ -181,6 +181,14 @@ type FencedLeaseStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
+	// lastHandledHandoffAt is the value of the annotation
+	// fencedlease.io/handoff-requested-at that the operator last handled:
+	// a handoff is requested by setting the annotation to a new value (the
+	// time of the request, by convention), and is carried out once, or
+	// refused with an Event when no other candidate is eligible.
+	// +optional
+	LastHandledHandoffAt string `json:"lastHandledHandoffAt,omitempty"`
+
 	// conditions: Held (a committed holder exists), Degraded (the operator
 	// cannot do its job as asked: overlapping selectors, a fence regression, an
 	// invalid selector) and Ready (Held and not Degraded).

@@ -52,6 +52,15 @@ const (
 	// TokenDir is where the pod webhook mounts the token files.
 	TokenDir = "/etc/fencedlease"
 
+	// AnnotationHandoffRequestedAt on a FencedLease asks the operator to hand
+	// the grant over to another eligible candidate, as maxHoldSeconds does:
+	// the grant of the current holder is revoked and, following the takeover
+	// policy (Safe waits for it to expire), another candidate is granted with
+	// a higher fence. Its value identifies the request (kubectl fence handoff
+	// writes the time, in RFC 3339); a request is handled once, and the
+	// status records it in lastHandledHandoffAt.
+	AnnotationHandoffRequestedAt = Prefix + "handoff-requested-at"
+
 	// Finalizer lets the operator clear pod annotations and delete the Lease
 	// before a FencedLease goes away.
 	Finalizer = Prefix + "finalizer"

@@ -73,6 +73,9 @@ type Input struct {
 	Lease      Lease
 	Clock      Clock
 	Candidates []Candidate
+	// HandoffRequested says that a handoff was requested and not handled
+	// yet (see decideHandoff).
+	HandoffRequested bool
 }
 
 // Action is the next write the controller makes to the Lease.
@@ -97,8 +100,19 @@ type Plan struct {
 	Target Candidate
 	// Why explains the action in words for logs and events.
 	Why string
-	// Rotation marks a revoke or grant caused by maxHoldSeconds.
+	// Rotation marks a revoke or grant caused by maxHoldSeconds or by a
+	// requested handoff.
 	Rotation bool
+	// Cause is why the current grant ends, for a Revoke or for a Grant that
+	// replaces a grant: one of the Cause constants. Empty when no grant ends
+	// (a first grant, a fresh grant after a renewal-mode change).
+	Cause string
+	// Handoff is the outcome of a requested handoff (HandoffStarted,
+	// HandoffNotNeeded, HandoffRefused); empty when none was requested or it
+	// must wait.
+	Handoff string
+	// HandoffNote says why a handoff was refused.
+	HandoffNote string
 	// Waiting is the Held condition reason while there is no holder.
 	Waiting string
 	// RequeueAfter is when to look again, 0 for "on the next event only".
@@ -119,13 +133,20 @@ const (
 // lease already expired (authority is not re-acquired silently: a lapsed
 // grant is replaced by a fresh one with a new fence).
 func Decide(in Input) Plan {
+	if in.HandoffRequested {
+		return decideHandoff(in)
+	}
+	return decide(in)
+}
+
+func decide(in Input) Plan {
 	switch in.Lease.State {
 	case StateHeld:
 		return decideHeld(in)
 	case StateRevoked:
 		return decideRevoked(in)
 	case StateReleased:
-		return grantOrWait(in, "", "the holder released its grant", in.Lease.HolderUID)
+		return withCause(grantOrWait(in, "", "the holder released its grant", in.Lease.HolderUID), CauseReleased)
 	case StatePending:
 		return decidePending(in)
 	default:
@@ -142,7 +163,7 @@ func decideHeld(in Input) Plan {
 		return loss(in, IneligibleGone)
 	case holder.Terminated:
 		// The kubelet proves that nothing of the holder runs: as released.
-		return grantOrWait(in, "", "the holder pod terminated", in.Lease.HolderUID)
+		return withCause(grantOrWait(in, "", "the holder pod terminated", in.Lease.HolderUID), CauseTerminated)
 	case !holder.Eligible():
 		return loss(in, holder.Ineligible)
 	}
@@ -162,9 +183,9 @@ func decideHeld(in Input) Plan {
 	if p.MaxHold > 0 && maxHold == 0 && !p.Paused {
 		if next, ok := Choose(in.Candidates, "", in.Lease.HolderUID); ok && next.UID != holder.UID {
 			if p.Takeover == TakeoverImmediate {
-				return Plan{Action: Grant, Target: next, Rotation: true, Why: "maxHoldSeconds reached"}
+				return Plan{Action: Grant, Target: next, Rotation: true, Cause: CauseRotation, Why: "maxHoldSeconds reached"}
 			}
-			return Plan{Action: Revoke, Rotation: true, Why: "maxHoldSeconds reached",
+			return Plan{Action: Revoke, Rotation: true, Cause: CauseRotation, Why: "maxHoldSeconds reached",
 				Waiting: WaitingForExpiry, RequeueAfter: untilExpiry(in)}
 		}
 		// Nobody to rotate to: keep the holder; a candidate becoming ready
@@ -174,9 +195,9 @@ func decideHeld(in Input) Plan {
 		// Renewals were not confirmed for a whole lease duration: the grant
 		// is over, and the holder must not keep it silently.
 		if p.Paused {
-			return Plan{Action: Revoke, Why: "grant expired without confirmed renewal", Waiting: WaitingPaused}
+			return Plan{Action: Revoke, Cause: CauseExpired, Why: "grant expired without confirmed renewal", Waiting: WaitingPaused}
 		}
-		return grantOrWait(in, in.Lease.HolderUID, "grant expired without confirmed renewal")
+		return withCause(grantOrWait(in, in.Lease.HolderUID, "grant expired without confirmed renewal"), CauseExpired)
 	}
 	if holderRenews {
 		// Not ours to renew: look again when it would expire.
@@ -193,14 +214,14 @@ func decideHeld(in Input) Plan {
 func loss(in Input, why string) Plan {
 	if in.Policy.Takeover == TakeoverImmediate && !in.Policy.Paused {
 		if next, ok := Choose(in.Candidates, "", in.Lease.HolderUID); ok {
-			return Plan{Action: Grant, Target: next, Why: "holder lost: " + why}
+			return Plan{Action: Grant, Target: next, Cause: CauseOf(why), Why: "holder lost: " + why}
 		}
 	}
 	waiting := WaitingForExpiry
 	if in.Policy.Paused {
 		waiting = WaitingPaused
 	}
-	return Plan{Action: Revoke, Why: "holder lost: " + why, Waiting: waiting, RequeueAfter: untilExpiry(in)}
+	return Plan{Action: Revoke, Cause: CauseOf(why), Why: "holder lost: " + why, Waiting: waiting, RequeueAfter: untilExpiry(in)}
 }
 
 func decideRevoked(in Input) Plan {
@@ -252,6 +273,14 @@ func grantOrWait(in Input, current types.UID, why string, avoid ...types.UID) Pl
 		return Plan{Action: Wait, Waiting: WaitingNoCandidates}
 	}
 	return Plan{Action: Grant, Target: next, Why: why}
+}
+
+// withCause sets the cause of a plan that ends the current grant.
+func withCause(p Plan, cause string) Plan {
+	if p.Action == Grant || p.Action == Revoke {
+		p.Cause = cause
+	}
+	return p
 }
 
 // renewal is a renewal mode with the default applied.

@@ -1,0 +1,64 @@
+package holder
+
+import "strings"
+
+// Causes of the end of a grant (a handoff), in Plan.Cause. They are few and
+// fixed, so that a metric may carry them as a label.
+const (
+	// CauseDeleted: the holder pod is being deleted, is gone, or is no
+	// longer selected.
+	CauseDeleted = "deleted"
+	// CauseNotReady: the holder pod is not Running, or its containers are
+	// not ready.
+	CauseNotReady = "not_ready"
+	// CauseNodeLost: the holder's node is not Ready, is tainted unreachable
+	// or not-ready, or does not exist.
+	CauseNodeLost = "node_lost"
+	// CauseOverlap: another FencedLease selects the holder pod too.
+	CauseOverlap = "overlap"
+	// CauseStoppedRenewing: with holder renewal, the holder did not renew
+	// its grant within a lease duration.
+	CauseStoppedRenewing = "holder_stopped_renewing"
+	// CauseExpired: the operator did not see a renewal confirmed within a
+	// lease duration while the holder was eligible.
+	CauseExpired = "expired"
+	// CauseRotation: maxHoldSeconds was reached.
+	CauseRotation = "rotation"
+	// CauseManual: a handoff was requested (fencedlease.io/handoff-requested-at).
+	CauseManual = "manual"
+	// CauseReleased: the holder released its grant.
+	CauseReleased = "released"
+	// CauseTerminated: the kubelet reported every container of the holder
+	// pod terminated.
+	CauseTerminated = "terminated"
+)
+
+// Causes lists every cause, for metrics that create their series up front.
+var Causes = []string{CauseDeleted, CauseNotReady, CauseNodeLost, CauseOverlap, CauseStoppedRenewing,
+	CauseExpired, CauseRotation, CauseManual, CauseReleased, CauseTerminated}
+
+// CauseOf is the cause of a loss for a candidate's Ineligible reason.
+func CauseOf(ineligible string) string {
+	switch {
+	case ineligible == IneligibleDeleting || ineligible == IneligibleGone:
+		return CauseDeleted
+	case ineligible == IneligibleNotRunning || ineligible == IneligibleContainers:
+		return CauseNotReady
+	case ineligible == IneligibleOverlap:
+		return CauseOverlap
+	case ineligible == IneligibleStoppedRenewing:
+		return CauseStoppedRenewing
+	case strings.HasPrefix(ineligible, "node "):
+		// Every reason of NodeLost names the node first.
+		return CauseNodeLost
+	default:
+		return CauseNotReady
+	}
+}
+
+// ExpiredWhileRunning says whether a grant ended for a cause under which the
+// holder pod still looked healthy: its containers were ready, yet its grant
+// expired (the operator could not renew it, or the holder could not).
+func ExpiredWhileRunning(cause string) bool {
+	return cause == CauseExpired || cause == CauseStoppedRenewing
+}
