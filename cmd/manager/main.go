@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -37,6 +38,7 @@ type flags struct {
 	enableWebhooks             bool
 	webhook                    setup.WebhookOptions
 	workers                    int
+	cacheWholePods             bool
 	tokenSecret                string
 	certs                      certs.Options
 }
@@ -61,6 +63,7 @@ func parseFlags() (flags, zap.Options) {
 	flag.BoolVar(&f.enableHTTP2, "enable-http2", false, "Serve the webhook and metrics over HTTP/2 as well (off because of HTTP/2 rapid-reset attacks).")
 	flag.BoolVar(&f.enableWebhooks, "enable-webhooks", true, "Serve the admission webhooks (fencing of protected ConfigMaps and Secrets, token injection into pods).")
 	flag.IntVar(&f.workers, "concurrent-reconciles", fencedlease.DefaultWorkers, "How many FencedLeases are reconciled at once. Renewals always go first, whatever the load.")
+	flag.BoolVar(&f.cacheWholePods, "cache-whole-pods", false, "Cache whole pods instead of only the fields the operator reads (costs memory; for comparison).")
 	flag.StringVar(&f.tokenSecret, "webhook-token-secret", "",
 		"Secret (namespace/name) that keeps the random token in the webhooks' paths; created if missing. The webhooks are served only under <path>/<token>. Defaults to "+setup.DefaultTokenSecret+" in --namespace.")
 	flag.StringVar(&f.webhook.FencingConfiguration, "fencing-webhook-configuration", setup.DefaultFencingConfiguration,
@@ -95,6 +98,13 @@ func parseSecret(v string) (types.NamespacedName, error) {
 		return types.NamespacedName{}, fmt.Errorf("--webhook-token-secret=%q: want namespace/name", v)
 	}
 	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}
+
+func cacheOptions(f flags) cache.Options {
+	if f.cacheWholePods {
+		return setup.WholePods(setup.CacheOptions())
+	}
+	return setup.CacheOptions()
 }
 
 func appendTo(list *[]string) func(string) error {
@@ -147,7 +157,7 @@ func run(f flags) error {
 	metricsOpts := metricsserver.Options{BindAddress: f.metricsAddr, SecureServing: f.secureMetrics, TLSOpts: tlsOpts}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  setup.Scheme(),
-		Cache:                   setup.CacheOptions(),
+		Cache:                   cacheOptions(f),
 		Metrics:                 metricsOpts,
 		WebhookServer:           webhookServer,
 		HealthProbeBindAddress:  f.probeAddr,

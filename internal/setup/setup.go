@@ -36,16 +36,31 @@ func must(err error) {
 }
 
 // CacheOptions keeps the informer caches small: managed fields are dropped,
-// and of nodes only what says whether they are lost is kept.
+// of pods only what the operator reads is kept (slimPod), and of nodes only
+// what says whether they are lost.
 func CacheOptions() cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:           {},
+			&corev1.Pod{}:           {Transform: slimPod},
 			&coordinationv1.Lease{}: {},
 			&corev1.Node{}:          {Transform: slimNode},
 		},
 	}
+}
+
+// WholePods returns the options with pods cached whole (managed fields
+// still dropped): what the cache held before slimPod, for comparison.
+func WholePods(o cache.Options) cache.Options {
+	by := make(map[client.Object]cache.ByObject, len(o.ByObject))
+	for obj, b := range o.ByObject {
+		if _, ok := obj.(*corev1.Pod); ok {
+			b.Transform = nil
+		}
+		by[obj] = b
+	}
+	o.ByObject = by
+	return o
 }
 
 // slimNode keeps of a node its metadata (without managed fields), its taints
@@ -60,6 +75,63 @@ func slimNode(obj any) (any, error) {
 	n.Status = corev1.NodeStatus{Conditions: n.Status.Conditions}
 	n.Spec = corev1.NodeSpec{Taints: n.Spec.Taints, Unschedulable: n.Spec.Unschedulable}
 	return n, nil
+}
+
+// lastApplied is the annotation kubectl apply leaves: a copy of the whole
+// object, never read by the operator.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// slimPod keeps of a pod what the operator reads from its cache: the
+// metadata (labels and annotations included: the controller publishes
+// holders there and selects by labels), the node, the readiness gates, the
+// containers' names (Terminated counts them), the phase, the conditions and
+// the containers' states. The controller writes pods only with patches, so
+// what is dropped here is never written back. A new read of another pod
+// field from the cache must be kept here too (TestSlimPodKeepsWhatIsRead).
+func slimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	p.ManagedFields = nil
+	if _, ok := p.Annotations[lastApplied]; ok {
+		delete(p.Annotations, lastApplied)
+	}
+	p.Spec = corev1.PodSpec{
+		NodeName:       p.Spec.NodeName,
+		ReadinessGates: p.Spec.ReadinessGates,
+		InitContainers: names(p.Spec.InitContainers),
+		Containers:     names(p.Spec.Containers),
+	}
+	p.Status = corev1.PodStatus{
+		Phase:                 p.Status.Phase,
+		Conditions:            p.Status.Conditions,
+		InitContainerStatuses: states(p.Status.InitContainerStatuses),
+		ContainerStatuses:     states(p.Status.ContainerStatuses),
+	}
+	return p, nil
+}
+
+func names(cs []corev1.Container) []corev1.Container {
+	if cs == nil {
+		return nil
+	}
+	out := make([]corev1.Container, len(cs))
+	for i, c := range cs {
+		out[i] = corev1.Container{Name: c.Name}
+	}
+	return out
+}
+
+func states(ss []corev1.ContainerStatus) []corev1.ContainerStatus {
+	if ss == nil {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, len(ss))
+	for i, s := range ss {
+		out[i] = corev1.ContainerStatus{Name: s.Name, Ready: s.Ready, State: s.State}
+	}
+	return out
 }
 
 // Options are the knobs of the operator's parts.
