@@ -103,9 +103,26 @@ chaos: control-plane ## Run the chaos test: the operator and its webhooks on a r
 
 ##@ Run
 
+KWOK_VERSION ?= v0.8.0
+KWOK := $(CURDIR)/bin/tools/kwok-$(KWOK_VERSION)
+CLUSTER_DIR ?= $(CURDIR)/bin/cluster
+CLUSTER_FLAGS = --dir $(CLUSTER_DIR) --k8s-bin $(K8S_BIN) --kwok $(KWOK)
+
+.PHONY: cluster
+cluster: cluster-tools $(KWOK) ## Start the local cluster (docs/cluster.md): etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok with 4 simulated nodes; prints the KUBECONFIG. Harmless when it runs already.
+	@go run ./hack/cluster $(CLUSTER_FLAGS) up
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local cluster and the operator processes of make demo; no process of it is left.
+	@go run ./hack/cluster $(CLUSTER_FLAGS) down
+
+.PHONY: cluster-status
+cluster-status: ## List the local cluster's processes and nodes.
+	@go run ./hack/cluster $(CLUSTER_FLAGS) status
+
 .PHONY: demo
-demo: control-plane build ## Show the operator at work: real kube-apiserver and etcd, the operator binary, config/samples, a holder that dies.
-	go run ./hack/demo
+demo: cluster-tools $(KWOK) $(HELM) build ## Show the operator at work on the local cluster (started if needed): installed from the chart, a 3-replica Deployment, a deleted holder, a failed node, a rolling update; the cluster stays up.
+	@go run ./hack/demo --cluster-dir $(CLUSTER_DIR) --k8s-bin $(K8S_BIN) --kwok $(KWOK) --helm $(HELM) --manager $(CURDIR)/bin/manager
 
 ##@ Deploy
 
@@ -144,6 +161,9 @@ control-plane: ## Build kube-apiserver, etcd and kubectl into bin/k8s/ (minutes 
 .PHONY: cluster-tools
 cluster-tools: ## Build the control plane plus kube-controller-manager and kube-scheduler into bin/k8s/.
 	@hack/tools.sh cluster >/dev/null
+
+$(KWOK):
+	@hack/tools.sh kwok >/dev/null
 
 $(CONTROLLER_GEN):
 	@hack/tools.sh controller-gen >/dev/null

@@ -4,6 +4,7 @@
 #
 #   hack/tools.sh control-plane   kube-apiserver, etcd, kubectl   -> bin/k8s/<version>/
 #   hack/tools.sh cluster         + kube-controller-manager, kube-scheduler
+#   hack/tools.sh kwok            -> bin/tools/kwok-<version> (simulated nodes and pods)
 #   hack/tools.sh controller-gen  -> bin/tools/controller-gen-<version>
 #   hack/tools.sh golangci-lint   -> bin/tools/golangci-lint-<version>
 #   hack/tools.sh helm            -> bin/tools/helm-<version>
@@ -17,6 +18,7 @@ ETCD_VERSION=${ETCD_VERSION:-3.6.16}
 CONTROLLER_GEN_VERSION=${CONTROLLER_GEN_VERSION:-v0.23.0}
 GOLANGCI_LINT_VERSION=${GOLANGCI_LINT_VERSION:-v2.15.0}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
+KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 k8s_dir="$root/bin/k8s/$K8S_VERSION"
 tools_dir="$root/bin/tools"
 
@@ -39,6 +41,17 @@ build_etcd() {
 	say "Building etcd v$ETCD_VERSION from the Go module proxy (about half a minute the first time)."
 	mkdir -p "$k8s_dir"
 	(cd "$root/hack/tools/etcd" && go build -o "$k8s_dir/etcd" go.etcd.io/etcd/server/v3)
+}
+
+# build_kwok builds kwok from its own tools module (hack/tools/kwok): the
+# k8s tools module pins k8s.io/* to the control plane's versions, which are
+# not kwok's.
+build_kwok() {
+	local out="$tools_dir/kwok-$KWOK_VERSION"
+	[ -x "$out" ] && return 0
+	say "Building kwok $KWOK_VERSION from the Go module proxy (about 2 minutes the first time)."
+	mkdir -p "$tools_dir"
+	(cd "$root/hack/tools/kwok" && go build -o "$out" sigs.k8s.io/kwok/cmd/kwok)
 }
 
 # go_install builds a Go command at a version into bin/tools/<name>-<version>.
@@ -71,12 +84,16 @@ golangci-lint)
 	go_install golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint "$GOLANGCI_LINT_VERSION"
 	echo "$tools_dir/golangci-lint-$GOLANGCI_LINT_VERSION"
 	;;
+kwok)
+	build_kwok
+	echo "$tools_dir/kwok-$KWOK_VERSION"
+	;;
 helm)
 	go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
 	echo "$tools_dir/helm-$HELM_VERSION"
 	;;
 *)
-	echo "usage: $0 control-plane|cluster|controller-gen|golangci-lint|helm" >&2
+	echo "usage: $0 control-plane|cluster|kwok|controller-gen|golangci-lint|helm" >&2
 	exit 2
 	;;
 esac

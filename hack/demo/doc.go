@@ -1,6 +1,8 @@
-// Command demo shows the operator doing its job on a real control plane
-// built from source: it starts kube-apiserver and etcd, runs the operator
-// binary against them, applies config/samples, plays the kubelet for three
-// candidate pods, kills the holder, and shows the next one take over with a
-// higher fence. Run it with 'make demo'.
+// Command demo shows the operator at work on the local cluster (make
+// cluster): it installs the operator from the Helm chart, runs a
+// three-replica Deployment whose pods compete for a FencedLease, and
+// narrates, with timestamps, who holds the lease and its fence, a protected
+// write by the holder, the holder's pod deleted, the old holder's write
+// rejected, a node that fails, and a rolling update — then a summary, and
+// the cluster is left running to look around. Run it with 'make demo'.
 package main

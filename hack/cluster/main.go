@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/fencedlease/fencedlease/test/cluster"
+)
+
+func main() {
+	cfg := cluster.Config{Detached: true}
+	flag.StringVar(&cfg.Dir, "dir", "bin/cluster", "State directory of the cluster.")
+	flag.StringVar(&cfg.K8sBin, "k8s-bin", "bin/k8s/1.37.2", "Directory of etcd, kube-apiserver, kube-controller-manager and kube-scheduler.")
+	flag.StringVar(&cfg.Kwok, "kwok", "bin/tools/kwok-v0.8.0", "The kwok binary.")
+	flag.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: %s [flags] up|down|status\n", os.Args[0])
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() != 1 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := run(ctx, flag.Arg(0), cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "cluster:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cmd string, cfg cluster.Config) error {
+	for _, p := range []*string{&cfg.K8sBin, &cfg.Kwok} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return err
+		}
+		*p = abs
+	}
+	c, err := cluster.New(cfg)
+	if err != nil {
+		return err
+	}
+	switch cmd {
+	case "up":
+		return up(ctx, c)
+	case "down":
+		if err := c.Down(); err != nil {
+			return err
+		}
+		fmt.Printf("The local cluster in %s is stopped; no process of it runs.\n", c.Dir)
+		return nil
+	case "status":
+		return status(ctx, c)
+	default:
+		return fmt.Errorf("unknown command %q: want up, down or status", cmd)
+	}
+}
+
+func up(ctx context.Context, c *cluster.Cluster) error {
+	if c.Running(ctx) {
+		fmt.Printf("The local cluster in %s is already running.\n", c.Dir)
+		fmt.Printf("export KUBECONFIG=%s\n", c.Kubeconfig)
+		return nil
+	}
+	fmt.Printf("==> Starting the local cluster in %s: etcd, kube-apiserver, kube-controller-manager, kube-scheduler,\n", c.Dir)
+	fmt.Printf("    and kwok simulating %d nodes (%s) and their pods.\n", len(c.Nodes), strings.Join(c.Nodes, ", "))
+	start := time.Now()
+	if _, err := c.Up(ctx); err != nil {
+		return err
+	}
+	fmt.Printf("==> The local cluster is up (%.1fs); a node is marked lost %s after its last heartbeat.\n",
+		time.Since(start).Seconds(), c.NodeMonitorGracePeriod)
+	fmt.Printf("    %s\n", cluster.NoContainers)
+	fmt.Printf("    Stop it with: make cluster-down\n")
+	fmt.Printf("export KUBECONFIG=%s\n", c.Kubeconfig)
+	return nil
+}
+
+func status(ctx context.Context, c *cluster.Cluster) error {
+	procs := c.Processes()
+	if len(procs) == 0 {
+		fmt.Printf("The local cluster in %s is not running (make cluster starts it).\n", c.Dir)
+		return nil
+	}
+	names := make([]string, 0, len(procs))
+	for n := range procs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		fmt.Printf("%-28s pid %-8d log %s\n", n, procs[n], c.LogFile(n))
+	}
+	if !c.Running(ctx) {
+		fmt.Println("Some processes are missing or the API server is not ready: make cluster-down, then make cluster.")
+		return nil
+	}
+	fmt.Printf("API server: %s\n", c.RestConfig.Host)
+	cs, err := kubernetes.NewForConfig(c.RestConfig)
+	if err != nil {
+		return err
+	}
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for i := range nodes.Items {
+		state := "NotReady"
+		if cluster.NodeReady(&nodes.Items[i]) {
+			state = "Ready"
+		}
+		fmt.Printf("node %-16s %s\n", nodes.Items[i].Name, state)
+	}
+	fmt.Printf("export KUBECONFIG=%s\n", c.Kubeconfig)
+	return nil
+}

@@ -1,0 +1,300 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+)
+
+// NoContainers says, once, what the local cluster does not do.
+const NoContainers = "No kubelet runs containers here: kwok plays the nodes and pods, and the operator runs as a local process (bin/manager) under the chart's ServiceAccount, its webhooks called by URL."
+
+// Install is the chart installed into the cluster.
+type Install struct {
+	Release, Namespace string
+	// Deployment is the operator's Deployment as the chart made it: its
+	// pod template has the flags and the ServiceAccount the local
+	// operators run with.
+	Deployment *appsv1.Deployment
+}
+
+// InstallChart installs (or upgrades) the chart with helm, then scales the
+// operator's Deployment to zero: its pods would only be simulated. The
+// operator runs as local processes instead (StartOperator).
+func (c *Cluster) InstallChart(ctx context.Context, helm, chart, release, namespace string, set ...string) (*Install, error) {
+	args := []string{"upgrade", "--install", release, chart, "--namespace", namespace, "--create-namespace", "--kubeconfig", c.Kubeconfig}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	cmd := exec.CommandContext(ctx, helm, args...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(c.Dir, "helm", "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(c.Dir, "helm", "config"), "HELM_DATA_HOME="+filepath.Join(c.Dir, "helm", "data"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	cs, err := kubernetes.NewForConfig(c.RestConfig)
+	if err != nil {
+		return nil, err
+	}
+	deps, err := cs.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
+	if err != nil {
+		return nil, fmt.Errorf("list the Deployments of release %s: %w", release, err)
+	}
+	if len(deps.Items) != 1 {
+		return nil, fmt.Errorf("release %s/%s has %d Deployments, want the operator's alone", namespace, release, len(deps.Items))
+	}
+	dep := &deps.Items[0]
+	if _, err := cs.AppsV1().Deployments(namespace).Patch(ctx, dep.Name, types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{}); err != nil {
+		return nil, fmt.Errorf("scale Deployment %s/%s to zero: %w", namespace, dep.Name, err)
+	}
+	return &Install{Release: release, Namespace: namespace, Deployment: dep}, nil
+}
+
+// PointWebhooks rewrites the clientConfig of the chart's webhook
+// configurations to call addr (host:port) by URL, the path kept; the CA
+// bundle is left for the operator to inject. test/install does the same on
+// envtest.
+func (c *Cluster) PointWebhooks(ctx context.Context, in *Install, addr string) error {
+	cs, err := kubernetes.NewForConfig(c.RestConfig)
+	if err != nil {
+		return err
+	}
+	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + in.Release}
+	point := func(cc *admissionregistrationv1.WebhookClientConfig) {
+		path := ""
+		if cc.Service != nil && cc.Service.Path != nil {
+			path = *cc.Service.Path
+		} else if cc.URL != nil {
+			if i := strings.Index(strings.TrimPrefix(*cc.URL, "https://"), "/"); i >= 0 {
+				path = strings.TrimPrefix(*cc.URL, "https://")[i:]
+			}
+		}
+		*cc = admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + addr + path)}
+	}
+	vs, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, sel)
+	if err != nil {
+		return err
+	}
+	for i := range vs.Items {
+		w := &vs.Items[i]
+		for j := range w.Webhooks {
+			point(&w.Webhooks[j].ClientConfig)
+		}
+		if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, w, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("point ValidatingWebhookConfiguration %s at %s: %w", w.Name, addr, err)
+		}
+	}
+	ms, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, sel)
+	if err != nil {
+		return err
+	}
+	for i := range ms.Items {
+		w := &ms.Items[i]
+		for j := range w.Webhooks {
+			point(&w.Webhooks[j].ClientConfig)
+		}
+		if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, w, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("point MutatingWebhookConfiguration %s at %s: %w", w.Name, addr, err)
+		}
+	}
+	if len(vs.Items)+len(ms.Items) == 0 {
+		return fmt.Errorf("release %s has no webhook configurations", in.Release)
+	}
+	return nil
+}
+
+// Operator is a local operator process.
+type Operator struct {
+	// Name tells the replicas apart: the process is operator-<name>.
+	Name string
+	// WebhookAddr is where its webhook server listens (127.0.0.1:port).
+	WebhookAddr string
+	// ProbeAddr serves /healthz and /readyz.
+	ProbeAddr string
+	// Pod is the pod whose bound token the process authenticates with.
+	Pod *corev1.Pod
+	c   *Cluster
+}
+
+const operatorPrefix = "operator-"
+
+// StartOperator runs manager (bin/manager) with the flags of the chart's
+// Deployment, authenticated by a service-account token that the
+// TokenRequest API binds to a pod of that ServiceAccount, as the kubelet
+// would give it. Only what a pod has and a local process does not changes:
+// the listen addresses, a certificate directory, the extra name localhost
+// on the certificate, and the kubeconfig. The pod (operator-<name> in the
+// release namespace) stands for the process: kwok runs it, it tolerates
+// every taint, and it matches no selector of the chart.
+func (c *Cluster) StartOperator(ctx context.Context, in *Install, manager, name string, webhookPort int) (*Operator, error) {
+	cs, err := kubernetes.NewForConfig(c.RestConfig)
+	if err != nil {
+		return nil, err
+	}
+	pod, err := c.operatorPod(ctx, cs, in, name)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := in.Deployment.Spec.Template.Spec
+	tr, err := cs.CoreV1().ServiceAccounts(in.Namespace).CreateToken(ctx, tmpl.ServiceAccountName, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			ExpirationSeconds: ptr.To[int64](7 * 24 * 3600),
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("request a token for pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	dir := filepath.Join(c.Dir, "operators", name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: c.RestConfig.Host, CertificateAuthority: c.RestConfig.CAFile}
+	kc.AuthInfos["operator"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "operator"}
+	kc.CurrentContext = "local"
+	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	o := &Operator{Name: name, WebhookAddr: fmt.Sprintf("127.0.0.1:%d", webhookPort),
+		ProbeAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), Pod: pod, c: c}
+	args := append(append([]string(nil), tmpl.Containers[0].Args...),
+		"--webhook-host=127.0.0.1",
+		fmt.Sprintf("--webhook-port=%d", webhookPort),
+		"--webhook-cert-dir="+filepath.Join(dir, "certs"),
+		"--webhook-cert-extra-dns-name=localhost",
+		"--health-probe-bind-address="+o.ProbeAddr,
+		"--metrics-bind-address=0",
+	)
+	if err := c.start(process{name: operatorPrefix + name, bin: manager, args: args,
+		env: []string{"KUBECONFIG=" + kubeconfig, "POD_NAMESPACE=" + in.Namespace}}); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func (c *Cluster) operatorPod(ctx context.Context, cs kubernetes.Interface, in *Install, name string) (*corev1.Pod, error) {
+	podName := operatorPrefix + name
+	if pod, err := cs.CoreV1().Pods(in.Namespace).Get(ctx, podName, metav1.GetOptions{}); err == nil && pod.DeletionTimestamp == nil {
+		return pod, nil
+	}
+	tmpl := in.Deployment.Spec.Template
+	labels := map[string]string{"app.kubernetes.io/component": "local-operator", "app.kubernetes.io/part-of": "fencedlease"}
+	for k, v := range tmpl.Labels {
+		if _, sel := in.Deployment.Spec.Selector.MatchLabels[k]; !sel {
+			labels[k] = v
+		}
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: in.Namespace, Name: podName, Labels: labels,
+			Annotations: map[string]string{"fencedlease.io/local-process": "the operator runs as a local process authenticated with this pod's token"}},
+		Spec: tmpl.Spec,
+	}
+	pod.Spec.NodeName = c.Nodes[0]
+	pod.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	pod.Spec.TopologySpreadConstraints = nil
+	created, err := cs.CoreV1().Pods(in.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("pod %s/%s is being deleted; try again", in.Namespace, podName)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create pod %s/%s: %w", in.Namespace, podName, err)
+	}
+	return created, nil
+}
+
+// WaitReady waits until the operator's readiness endpoint answers 200: its
+// certificate is provisioned and the webhook configurations trust it.
+func (o *Operator) WaitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := o.Ready()
+		if err == nil {
+			return nil
+		}
+		if _, ok := o.c.pid(operatorPrefix + o.Name); !ok {
+			return fmt.Errorf("operator %s exited:\n%s", o.Name, o.c.Tail(operatorPrefix+o.Name, 30))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("operator %s is not ready after %s: %w\n%s", o.Name, timeout, err, o.c.Tail(operatorPrefix+o.Name, 30))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Ready asks the readiness endpoint, as the kubelet does.
+func (o *Operator) Ready() error {
+	resp, err := http.Get("http://" + o.ProbeAddr + "/readyz?verbose") //nolint:noctx // a local probe
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("readyz: %d: %s", resp.StatusCode, body)
+	}
+	return nil
+}
+
+// Stop ends the process with SIGTERM (SIGKILL after 10s).
+func (o *Operator) Stop() error { return o.c.stop(operatorPrefix+o.Name, 10*time.Second) }
+
+// Kill ends the process with SIGKILL: a crash.
+func (o *Operator) Kill() error { return o.c.kill(operatorPrefix + o.Name) }
+
+// Running says whether the process runs.
+func (o *Operator) Running() bool {
+	_, ok := o.c.pid(operatorPrefix + o.Name)
+	return ok
+}
+
+// Log is the process's output so far.
+func (o *Operator) Log() string {
+	b, _ := os.ReadFile(o.c.logFile(operatorPrefix + o.Name))
+	return string(b)
+}
+
+// LogFile is the path of the process's log.
+func (o *Operator) LogFile() string { return o.c.logFile(operatorPrefix + o.Name) }
+
+// StopOperator stops the named operator process if it runs.
+func (c *Cluster) StopOperator(name string) error { return c.stop(operatorPrefix+name, 10*time.Second) }
+
+func (c *Cluster) operatorNames() []string {
+	entries, _ := os.ReadDir(filepath.Join(c.Dir, "run"))
+	var out []string
+	for _, e := range entries {
+		if n := strings.TrimSuffix(e.Name(), ".pid"); strings.HasPrefix(n, operatorPrefix) {
+			out = append(out, n)
+		}
+	}
+	return out
+}

@@ -1,0 +1,145 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// process is one program of the cluster. Its pid file, in the cluster's run
+// directory, names the pid and the binary, so that Down stops exactly the
+// processes Up started, and nothing else that happens to reuse a pid.
+type process struct {
+	name string
+	bin  string
+	args []string
+	env  []string
+}
+
+func (c *Cluster) pidFile(name string) string { return filepath.Join(c.Dir, "run", name+".pid") }
+
+func (c *Cluster) logFile(name string) string { return filepath.Join(c.Dir, "logs", name+".log") }
+
+// start runs the process in its own session, its output in the cluster's log
+// directory. Detached (make cluster) it outlives the program that started
+// it; attached (tests) it gets SIGKILL when that program dies.
+func (c *Cluster) start(p process) error {
+	if err := os.MkdirAll(filepath.Join(c.Dir, "run"), 0o700); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(c.Dir, "logs"), 0o700); err != nil {
+		return err
+	}
+	log, err := os.OpenFile(c.logFile(p.name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	fmt.Fprintf(log, "\n==> %s %s %s\n", time.Now().Format(time.RFC3339), p.bin, strings.Join(p.args, " "))
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Dir = c.Dir
+	cmd.Env = append(os.Environ(), p.env...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if !c.detached {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	pid := cmd.Process.Pid
+	if err := os.WriteFile(c.pidFile(p.name), []byte(fmt.Sprintf("%d\n%s\n", pid, p.bin)), 0o600); err != nil {
+		_ = cmd.Process.Kill()
+		return err
+	}
+	// Reap it when it exits, so that a dead process is not a zombie that
+	// still looks alive.
+	go func() { _ = cmd.Wait() }()
+	return nil
+}
+
+// pid returns the pid of the named process if it is still running the
+// binary it was started with.
+func (c *Cluster) pid(name string) (int, bool) {
+	b, err := os.ReadFile(c.pidFile(name))
+	if err != nil {
+		return 0, false
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2 {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(lines[0])
+	if err != nil {
+		return 0, false
+	}
+	return pid, runs(pid, lines[1])
+}
+
+// runs says whether pid is alive (not a zombie) and runs bin.
+func runs(pid int, bin string) bool {
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil || strings.TrimSuffix(exe, " (deleted)") != bin {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses.
+	s := string(stat)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}
+
+// stop sends SIGTERM to the named process, then SIGKILL after grace, and
+// waits until it is gone.
+func (c *Cluster) stop(name string, grace time.Duration) error {
+	pid, ok := c.pid(name)
+	defer os.Remove(c.pidFile(name))
+	if !ok {
+		return nil
+	}
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		if _, ok := c.pid(name); !ok {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	for range 100 {
+		if _, ok := c.pid(name); !ok {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("%s (pid %d) did not stop", name, pid)
+}
+
+// kill sends SIGKILL at once: a crash.
+func (c *Cluster) kill(name string) error {
+	pid, ok := c.pid(name)
+	if !ok {
+		return fmt.Errorf("%s is not running", name)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill %s (pid %d): %w", name, pid, err)
+	}
+	for range 100 {
+		if _, ok := c.pid(name); !ok {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return errors.New(name + " did not die")
+}
