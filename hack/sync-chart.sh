@@ -24,7 +24,7 @@ sync_dir() { # sync_dir SRC DST FILE... : DST holds exactly these files of SRC (
 cd "$root/config/crd/bases"
 sync_dir . "$chart/crds" *.yaml
 
-sync_dir "$root/config/rbac" "$chart/files/rbac" role.yaml leader_election_role.yaml
+sync_dir "$root/config/rbac" "$chart/files/rbac" role.yaml leader_election_role.yaml metrics_reader_role.yaml
 
 # Every webhook configuration of config/webhook (not its Service).
 cd "$root/config/webhook"

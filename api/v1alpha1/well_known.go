@@ -79,6 +79,11 @@ const (
 	// Holder): a holder renews its grant only when it says Holder.
 	LeaseAnnotationRenewal = Prefix + "renewal"
 
+	// LeaseAnnotationHandoff is the handoff request (the value of the
+	// FencedLease's AnnotationHandoffRequestedAt) that the grant's revoke or
+	// the new grant carried out, so that a request is carried out once.
+	LeaseAnnotationHandoff = Prefix + "handoff"
+
 	// LeaseAnnotationRenewInterval is how often, in seconds, a holder that
 	// renews its own grant renews it.
 	LeaseAnnotationRenewInterval = Prefix + "renew-interval"

@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/fencedlease/fencedlease/controllers/fencedlease"
@@ -28,6 +27,7 @@ var version = "dev"
 
 type flags struct {
 	metricsAddr, probeAddr     string
+	metricsCertDir             string
 	namespace                  string
 	leaderElect                bool
 	leaderElectionNamespace    string
@@ -45,8 +45,9 @@ type flags struct {
 
 func parseFlags() (flags, zap.Options) {
 	var f flags
-	flag.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; \"0\" turns it off.")
-	flag.BoolVar(&f.secureMetrics, "metrics-secure", false, "Serve metrics over HTTPS, with a self-signed certificate; callers are not authenticated.")
+	flag.StringVar(&f.metricsAddr, "metrics-bind-address", ":8443", "Address of the Prometheus metrics endpoint (HTTPS); \"0\" turns it off.")
+	flag.BoolVar(&f.secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS and let only callers that the API server authenticates (TokenReview) and authorizes for get on /metrics (SubjectAccessReview) read them. false serves plain HTTP to anyone: for a run on a workstation only.")
+	flag.StringVar(&f.metricsCertDir, "metrics-cert-dir", "", "Directory with tls.crt and tls.key for the metrics endpoint; empty: a self-signed certificate generated at start.")
 	flag.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.StringVar(&f.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "The operator's namespace: where its certificate Secret and leader election Lease are. Defaults to $POD_NAMESPACE.")
 	flag.BoolVar(&f.leaderElect, "leader-elect", true, "Elect one active controller among the replicas. Correctness does not depend on it: every grant is a compare-and-swap.")
@@ -154,7 +155,16 @@ func run(f flags) error {
 		webhookServer = serving.GateServer(webhookServer)
 	}
 
-	metricsOpts := metricsserver.Options{BindAddress: f.metricsAddr, SecureServing: f.secureMetrics, TLSOpts: tlsOpts}
+	metricsOpts := setup.MetricsServer(setup.MetricsOptions{BindAddress: f.metricsAddr, Insecure: !f.secureMetrics, CertDir: f.metricsCertDir, TLSOpts: tlsOpts})
+	if f.enableWebhooks {
+		certDir := webhookOpts.CertDir
+		if certDir == "" {
+			certDir = defaultCertDir()
+		}
+		if err := setup.RegisterCertificateMetrics(certDir); err != nil {
+			return err
+		}
+	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  setup.Scheme(),
 		Cache:                   cacheOptions(f),

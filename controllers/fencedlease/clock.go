@@ -54,8 +54,9 @@ func renewTimeOf(l *coordinationv1.Lease) string {
 
 // observe records the Lease as seen now and returns the clock of its grant.
 // A changed renewTime on the same grant is a renewal confirmed by someone
-// (another replica, or this one before a lost response).
-func (o *observations) observe(key types.NamespacedName, l *coordinationv1.Lease, fence int64) holder.Clock {
+// (another replica, the holder, or this one before a lost response); renewed
+// reports one.
+func (o *observations) observe(key types.NamespacedName, l *coordinationv1.Lease, fence int64) (c holder.Clock, renewed bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	now, obs := o.clock.Now(), o.get(key)
@@ -66,6 +67,7 @@ func (o *observations) observe(key types.NamespacedName, l *coordinationv1.Lease
 		obs.grant, obs.renewTime, obs.renewedAt, obs.grantedAt = g, renewTimeOf(l), now, now
 	case renewTimeOf(l) != obs.renewTime:
 		obs.renewTime, obs.renewedAt = renewTimeOf(l), now
+		renewed = true
 	}
 	if newer(l.ResourceVersion, obs.rv) {
 		obs.rv = l.ResourceVersion
@@ -73,7 +75,19 @@ func (o *observations) observe(key types.NamespacedName, l *coordinationv1.Lease
 	if fence > obs.maxFence {
 		obs.maxFence = fence
 	}
-	return holder.Clock{Now: now, RenewedAt: obs.renewedAt, GrantedAt: obs.grantedAt}
+	return holder.Clock{Now: now, RenewedAt: obs.renewedAt, GrantedAt: obs.grantedAt}, renewed
+}
+
+// heldFor is how long the current grant has lasted since the operator first
+// saw it.
+func (o *observations) heldFor(key types.NamespacedName) time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	obs := o.byKey[key]
+	if obs == nil || obs.grantedAt.IsZero() {
+		return 0
+	}
+	return o.clock.Now().Sub(obs.grantedAt)
 }
 
 // confirmed records a write of this operator to the Lease that the API server

@@ -52,6 +52,7 @@ type Reconciler struct {
 
 	once         sync.Once
 	observations *observations
+	tracks       leaseTracks
 }
 
 // scope is what one reconcile knows and decides about one FencedLease.
@@ -74,6 +75,8 @@ type scope struct {
 	// records. Nothing more is done, and the status is left alone, until the
 	// next reconcile.
 	stale bool
+	// outcome is what the reconcile did, for the metrics.
+	outcome outcome
 }
 
 type condition struct{ reason, message string }
@@ -95,6 +98,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		if apierrors.IsNotFound(err) {
 			// Gone: clear what a replica that had not seen the deletion may
 			// have written after the finalizer cleared it.
+			r.forgetMetrics(req.NamespacedName)
 			return ctrl.Result{}, r.clearPods(ctx, req.Namespace, req.Name)
 		}
 		return ctrl.Result{}, err
@@ -118,6 +122,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		if requeue {
 			result = soonest(result, ctrl.Result{RequeueAfter: conflictRetry})
 		}
+		r.recordMetrics(s)
 		result.Priority = priorityOf(s, result)
 	}()
 
@@ -187,6 +192,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.APIReader = mgr.GetAPIReader()
 	}
 	r.once.Do(r.defaults)
+	registerMetrics()
 	for _, ix := range Indexes() {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), ix.Object, ix.Field, ix.Extract); err != nil {
 			return err

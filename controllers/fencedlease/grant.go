@@ -3,6 +3,7 @@ package fencedlease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -57,12 +58,22 @@ func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result,
 	if view.State == holder.StateHeld {
 		committed = view.Fence
 	}
+	clk, renewed := r.observations.observe(s.key, s.lease, committed)
+	if renewed && view.State == holder.StateHeld && view.Renewal == holder.RenewalHolder {
+		s.outcome.renewed = holder.RenewalHolder
+	}
+	request, pending := handoffRequest(s)
 	s.plan = holder.Decide(holder.Input{
-		Policy:     policyOf(s.fl, r.PendingGrace),
-		Lease:      view,
-		Clock:      r.observations.observe(s.key, s.lease, committed),
-		Candidates: s.pods.candidates,
+		Policy:           policyOf(s.fl, r.PendingGrace),
+		Lease:            view,
+		Clock:            clk,
+		Candidates:       s.pods.candidates,
+		HandoffRequested: pending,
 	})
+	s.outcome.waiting = waitingForLease(s)
+	if s.plan.Cause == holder.CauseStoppedRenewing {
+		s.outcome.renewFailed = holder.RenewalHolder
+	}
 	log := ctrl.LoggerFrom(ctx)
 	if s.plan.Action != holder.Wait {
 		log.V(4).Info("Lease decision", "action", s.plan.Action, "target", s.plan.Target.Name, "why", s.plan.Why)
@@ -77,10 +88,16 @@ func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result,
 	case holder.Grant:
 		result, err = r.grant(ctx, s, view)
 	}
+	if s.plan.Action == holder.Renew && err != nil {
+		s.outcome.renewFailed = holder.RenewalOperator
+	}
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		log.V(4).Info("Lease changed under us; looking again", "err", err.Error())
 		s.stale = true
 		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	}
+	if err == nil && !s.stale && pending {
+		r.handledHandoff(ctx, s, request)
 	}
 	return result, err
 }
@@ -90,6 +107,7 @@ func (r *Reconciler) renew(ctx context.Context, s *scope) error {
 	if err != nil {
 		return err
 	}
+	s.outcome.renewed = holder.RenewalOperator
 	s.lease = l
 	r.observations.confirmed(s.key, l, leaseView(l).Fence, false)
 	return nil
@@ -99,19 +117,37 @@ func (r *Reconciler) renew(ctx context.Context, s *scope) error {
 // then the old holder is told that it is a standby (best effort: it may be
 // gone).
 func (r *Reconciler) revoke(ctx context.Context, s *scope, view holder.Lease) error {
-	l, err := r.revokeLease(ctx, s.lease)
+	held := r.observations.heldFor(s.key)
+	l, err := r.revokeLease(ctx, s.lease, handoffMark(s))
 	if err != nil {
 		return err
 	}
 	s.lease = l
-	r.demoteHolder(ctx, s, view.HolderUID)
 	name := ptr.Deref(l.Spec.HolderIdentity, "")
-	if s.plan.Rotation {
-		r.event(ctx, s.fl, eventNormal, fencingv1alpha1.EventRotated, "Revoked the grant of pod %s (fence %d): %s", name, view.Fence, s.plan.Why)
-	} else {
-		r.event(ctx, s.fl, eventWarning, fencingv1alpha1.EventLost, "Pod %s lost the lease (fence %d): %s", name, view.Fence, s.plan.Why)
-	}
+	r.grantEnded(ctx, s, name, view, held)
+	r.demoteHolder(ctx, s, view.HolderUID, view.Fence)
 	return nil
+}
+
+// grantEnded counts and reports the end of a committed grant.
+func (r *Reconciler) grantEnded(ctx context.Context, s *scope, pod string, old holder.Lease, held time.Duration) {
+	cause := s.plan.Cause
+	if cause == "" {
+		cause = holder.CauseExpired
+	}
+	s.outcome.ended, s.outcome.heldFor = cause, held
+	t := transition{eventType: eventWarning, reason: fencingv1alpha1.EventLost, pod: pod, fence: old.Fence, duration: held, outcome: cause}
+	switch {
+	case cause == holder.CauseReleased:
+		t.eventType, t.reason = eventNormal, fencingv1alpha1.EventReleased
+		t.message = fmt.Sprintf("Pod %s released its grant with fence %d after %s", pod, old.Fence, round(held))
+	case s.plan.Rotation:
+		t.eventType, t.reason = eventNormal, fencingv1alpha1.EventRotated
+		t.message = fmt.Sprintf("Ended the grant of pod %s (fence %d) after %s: %s", pod, old.Fence, round(held), s.plan.Why)
+	default:
+		t.message = fmt.Sprintf("Pod %s lost the lease (fence %d) after %s: %s", pod, old.Fence, round(held), s.plan.Why)
+	}
+	r.transition(ctx, s.fl, t)
 }
 
 // grant writes a fresh grant, checks that its fence is greater than every
@@ -131,23 +167,19 @@ func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease) (ctr
 		return res, nil
 	}
 	policy := policyOf(s.fl, r.PendingGrace)
-	l, err := r.writeGrant(ctx, s.lease, target, policy)
+	oldName, held := ptr.Deref(s.lease.Spec.HolderIdentity, ""), r.observations.heldFor(s.key)
+	l, err := r.writeGrant(ctx, s.lease, target, policy, handoffMark(s))
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	s.lease = l
-	if old.State == holder.StateReleased {
-		r.event(ctx, s.fl, eventNormal, fencingv1alpha1.EventReleased, "Pod %s released the grant with fence %d", ptr.Deref(s.lease.Spec.HolderIdentity, ""), old.Fence)
+	if old.State == holder.StateReleased || (old.State == holder.StateHeld && (old.HolderUID != target.UID || s.plan.Cause != "")) {
+		r.grantEnded(ctx, s, oldName, old, held)
 	}
 	if old.State == holder.StateHeld && old.HolderUID != target.UID {
-		reason := fencingv1alpha1.EventLost
-		if s.plan.Rotation {
-			reason = fencingv1alpha1.EventRotated
-		}
-		r.event(ctx, s.fl, eventNormal, reason, "Grant of pod %s (fence %d) ended: %s", ptr.Deref(s.lease.Spec.HolderIdentity, ""), old.Fence, s.plan.Why)
 		// The Lease no longer names the old holder; tell it that it is a
 		// standby now.
-		r.demoteHolder(ctx, s, old.HolderUID)
+		r.demoteHolder(ctx, s, old.HolderUID, old.Fence)
 	}
 	if res, regressed := r.checkFence(ctx, s, l.ResourceVersion, floor, target.Name); regressed {
 		return res, nil
@@ -159,7 +191,9 @@ func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease) (ctr
 	}
 	s.lease = l
 	r.observations.confirmed(s.key, l, fence, true)
-	r.event(ctx, s.fl, eventNormal, fencingv1alpha1.EventGranted, "Granted the lease to pod %s with fence %d (%s)", target.Name, fence, s.plan.Why)
+	s.outcome.granted = true
+	r.transition(ctx, s.fl, transition{eventType: eventNormal, reason: fencingv1alpha1.EventGranted, pod: target.Name, fence: fence,
+		outcome: s.plan.Why, message: fmt.Sprintf("Granted the lease to pod %s with fence %d (%s)", target.Name, fence, s.plan.Why)})
 	// The status patch of this reconcile records the fence; the next one
 	// publishes it to the pod.
 	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
@@ -175,6 +209,7 @@ func (r *Reconciler) checkFence(ctx context.Context, s *scope, rv string, floor 
 	case err == nil:
 		return ctrl.Result{}, false
 	case errors.As(err, &regression):
+		s.outcome.regression = true
 		s.degraded = &condition{reason: fencingv1alpha1.ReasonFenceRegression, message: err.Error() + "; no grant is made until it is"}
 		r.event(ctx, s.fl, eventWarning, fencingv1alpha1.EventFenceRegression,
 			"Refused to grant pod %s: %s (was the API server's storage restored?)", target, err)
@@ -188,7 +223,7 @@ func (r *Reconciler) checkFence(ctx context.Context, s *scope, rv string, floor 
 // runs after the Lease write that ended the grant, on the version of the pod
 // the reconcile read. It is best effort: the pod may be gone or changed, and
 // the next reconcile, or the next publication, demotes it anyway.
-func (r *Reconciler) demoteHolder(ctx context.Context, s *scope, uid types.UID) {
+func (r *Reconciler) demoteHolder(ctx context.Context, s *scope, uid types.UID, fence int64) {
 	for _, pod := range s.pods.all() {
 		if pod.UID != uid {
 			continue
@@ -199,6 +234,9 @@ func (r *Reconciler) demoteHolder(ctx context.Context, s *scope, uid types.UID) 
 		}
 		if err := r.writePod(ctx, s.fl, pod, action, 0, pod.ResourceVersion); err != nil {
 			ctrl.LoggerFrom(ctx).Info("Cannot demote the old holder yet", "pod", pod.Name, "err", err.Error())
+			continue
 		}
+		r.podEvent(pod, s.fl, eventNormal, fencingv1alpha1.EventHolderLost, "Demote",
+			"No longer holds FencedLease %s: its grant with fence %d ended (%s)", s.fl.Name, fence, s.plan.Why)
 	}
 }

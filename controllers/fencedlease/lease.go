@@ -158,8 +158,11 @@ func (r *Reconciler) updateLease(ctx context.Context, l *coordinationv1.Lease, w
 // names the new holder, the renewal mode and the renew interval (for a
 // holder that renews). Its resulting resourceVersion is the fence. The grant
 // stays pending until commitGrant records that fence.
-func (r *Reconciler) writeGrant(ctx context.Context, l *coordinationv1.Lease, target holder.Candidate, p holder.Policy) (*coordinationv1.Lease, error) {
+func (r *Reconciler) writeGrant(ctx context.Context, l *coordinationv1.Lease, target holder.Candidate, p holder.Policy, marks map[string]string) (*coordinationv1.Lease, error) {
 	return r.updateLease(ctx, l, "grant to pod "+target.Name, func(next *coordinationv1.Lease) {
+		for k, v := range marks {
+			next.Annotations[k] = v
+		}
 		now := metav1.NewMicroTime(r.Clock.Now())
 		next.Spec.HolderIdentity = ptr.To(target.Name)
 		next.Spec.AcquireTime = &now
@@ -193,9 +196,13 @@ func (r *Reconciler) renewLease(ctx context.Context, l *coordinationv1.Lease) (*
 }
 
 // revokeLease marks the grant as no longer renewed. It keeps the holder and
-// the renew time, which say when the grant ends.
-func (r *Reconciler) revokeLease(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+// the renew time, which say when the grant ends. marks are more annotations
+// to set in the same write.
+func (r *Reconciler) revokeLease(ctx context.Context, l *coordinationv1.Lease, marks map[string]string) (*coordinationv1.Lease, error) {
 	return r.updateLease(ctx, l, "revoke the grant", func(next *coordinationv1.Lease) {
+		for k, v := range marks {
+			next.Annotations[k] = v
+		}
 		next.Annotations[annotationState] = holder.StateRevoked
 	})
 }

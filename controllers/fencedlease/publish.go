@@ -183,7 +183,8 @@ func (r *Reconciler) publishHolder(ctx context.Context, s *scope, target *corev1
 	if err := r.Patch(ctx, live, publicationPatch(holderAction, s.fl.Name, fence, live.ResourceVersion)); err != nil {
 		return fmt.Errorf("publish fence %d to pod %s: %w", fence, klog.KObj(target), err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Published fence to holder", "pod", klog.KObj(target), "fence", fence)
+	ctrl.LoggerFrom(ctx).Info("Published fence to holder", "lease", klog.KObj(s.fl), "holder", target.Name, "fence", fence, "transition", fencingv1alpha1.EventHolderGranted)
+	r.podEvent(target, s.fl, eventNormal, fencingv1alpha1.EventHolderGranted, "Publish", "Holds FencedLease %s with fence %d", s.fl.Name, fence)
 	target.ResourceVersion = live.ResourceVersion
 	target.Annotations = live.Annotations
 	return r.setHolderCondition(ctx, target, true)

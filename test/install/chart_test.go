@@ -524,7 +524,7 @@ func TestChartCopiesOfConfig(t *testing.T) {
 	for _, f := range crds {
 		same(filepath.Join("config/crd/bases", f), filepath.Join(chartDir, "crds", f))
 	}
-	for _, f := range []string{"role.yaml", "leader_election_role.yaml"} {
+	for _, f := range []string{"role.yaml", "leader_election_role.yaml", "metrics_reader_role.yaml"} {
 		same(filepath.Join("config/rbac", f), filepath.Join(chartDir, "files/rbac", f))
 	}
 	hooks := list("config/webhook", func(name string) bool {

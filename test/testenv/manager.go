@@ -47,6 +47,10 @@ type ManagerOptions struct {
 	WebhookOptions setup.WebhookOptions
 	// NoController leaves the FencedLease controller out (webhook-only tests).
 	NoController bool
+	// MetricsAddress, if set, serves the metrics endpoint there as
+	// cmd/manager does: HTTPS, every scrape authenticated and authorized by
+	// the API server.
+	MetricsAddress string
 	// ReportProtection makes the controller report FencedLeases in
 	// namespaces that the fencing webhook does not cover, as cmd/manager
 	// does; always on when Webhooks is set.
@@ -54,7 +58,8 @@ type ManagerOptions struct {
 }
 
 // StartManager starts the operator, as cmd/manager wires it but without leader
-// election, metrics or probes, and waits until its caches have synced.
+// election or probes (and without metrics unless MetricsAddress is set), and
+// waits until its caches have synced.
 func StartManager(ctx context.Context, cfg *rest.Config, o ManagerOptions) (*Manager, error) {
 	cacheOpts := setup.CacheOptions()
 	if o.Namespace != "" {
@@ -67,6 +72,14 @@ func StartManager(ctx context.Context, cfg *rest.Config, o ManagerOptions) (*Man
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: &skip},
+	}
+	if o.MetricsAddress != "" {
+		opts.Metrics = setup.MetricsServer(setup.MetricsOptions{BindAddress: o.MetricsAddress})
+		if o.Webhooks != nil {
+			if err := setup.RegisterCertificateMetrics(o.Webhooks.LocalServingCertDir); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if w := o.Webhooks; w != nil {
 		opts.WebhookServer = webhook.NewServer(webhook.Options{Host: w.LocalServingHost, Port: w.LocalServingPort, CertDir: w.LocalServingCertDir})

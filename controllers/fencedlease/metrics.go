@@ -1,0 +1,243 @@
+package fencedlease
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/fencedlease/fencedlease/internal/holder"
+)
+
+// The controller's Prometheus series, on controller-runtime's registry (the
+// manager's metrics endpoint). Every series is labelled by the FencedLease's
+// namespace and name, and at most by one more label with a fixed set of
+// values (cause, mode): their number is bounded by the number of
+// FencedLeases, never by pods or fences. A FencedLease's series are deleted
+// with it.
+var (
+	leaseLabels = []string{"namespace", "name"}
+
+	grantsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencedlease_grants_total",
+		Help: "Grants committed: each one hands a new, higher fence to a pod.",
+	}, leaseLabels)
+	handoffsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencedlease_handoffs_total",
+		Help: "Committed grants that ended, by cause: deleted, not_ready, node_lost, overlap, holder_stopped_renewing, expired, rotation, manual, released, terminated.",
+	}, append(leaseLabels, "cause"))
+	expiredWhileRunningTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencedlease_expired_while_running_total",
+		Help: "Grants that expired while their holder pod still looked healthy (containers ready): renewals were not confirmed in time, by the operator (cause expired) or by the holder itself (cause holder_stopped_renewing).",
+	}, leaseLabels)
+	renewalsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencedlease_renewals_total",
+		Help: "Renewals of the current grant: written by the operator (mode Operator) or seen written by the holder (mode Holder).",
+	}, append(leaseLabels, "mode"))
+	renewalFailuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencedlease_renewal_failures_total",
+		Help: "Renewals that failed: a renewal write of the operator that the API server did not accept (mode Operator), or a holder that did not renew within a lease duration (mode Holder).",
+	}, append(leaseLabels, "mode"))
+	fenceRegressionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencedlease_fence_regressions_total",
+		Help: "Grants refused because the API server handed out a resourceVersion not greater than a fence already published (a restored storage).",
+	}, leaseLabels)
+	acquisitionWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fencedlease_acquisition_wait_seconds",
+		Help:    "Time from when an eligible candidate was waiting for the lease (no valid holder) to the commit of its grant, on the operator's clock. Under takeover Safe it includes the wait for the old grant to expire.",
+		Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300},
+	}, leaseLabels)
+	holdDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fencedlease_hold_duration_seconds",
+		Help:    "How long committed grants lasted, from when the operator first saw them to their end.",
+		Buckets: []float64{1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 7 * 24 * 3600},
+	}, leaseLabels)
+	fenceGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fencedlease_fence",
+		Help: "The fence of the current (or, without a holder, the last) grant, as the status records it.",
+	}, leaseLabels)
+	candidatesGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fencedlease_candidates_eligible",
+		Help: "Candidate pods that may hold the lease.",
+	}, leaseLabels)
+	holderGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fencedlease_holder",
+		Help: "1 while a pod holds a committed grant, 0 otherwise.",
+	}, leaseLabels)
+	holderSinceGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fencedlease_holder_state_since_timestamp_seconds",
+		Help: "Unix time at which fencedlease_holder last changed (or the operator first saw the FencedLease).",
+	}, leaseLabels)
+	lastRenewalGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fencedlease_last_renewal_timestamp_seconds",
+		Help: "Unix time at which the operator last saw the current grant written or renewed.",
+	}, leaseLabels)
+	pausedGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fencedlease_paused",
+		Help: "1 while spec.paused is set (nothing new is granted), 0 otherwise.",
+	}, leaseLabels)
+	leaseDurationGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fencedlease_lease_duration_seconds",
+		Help: "spec.leaseDurationSeconds, for alerts that compare times with it.",
+	}, leaseLabels)
+
+	perLease = []interface{ DeletePartialMatch(prometheus.Labels) int }{
+		grantsTotal, handoffsTotal, expiredWhileRunningTotal, renewalsTotal, renewalFailuresTotal, fenceRegressionsTotal,
+		acquisitionWait, holdDuration, fenceGauge, candidatesGauge, holderGauge, holderSinceGauge, lastRenewalGauge, leaseDurationGauge, pausedGauge,
+	}
+	registerOnce sync.Once
+)
+
+// registerMetrics adds the controller's collectors to controller-runtime's
+// registry, once per process (tests start many managers).
+func registerMetrics() {
+	registerOnce.Do(func() {
+		metrics.Registry.MustRegister(grantsTotal, handoffsTotal, expiredWhileRunningTotal, renewalsTotal, renewalFailuresTotal,
+			fenceRegressionsTotal, acquisitionWait, holdDuration, fenceGauge, candidatesGauge, holderGauge, holderSinceGauge,
+			lastRenewalGauge, leaseDurationGauge, pausedGauge)
+	})
+}
+
+// outcome is what one reconcile did that the metrics count. The steps of
+// the reconcile fill it in; recordMetrics turns it into series at the end,
+// so that no decision depends on a metric.
+type outcome struct {
+	// renewed and renewFailed are the renewal mode of a renewal confirmed or
+	// failed.
+	renewed, renewFailed string
+	// granted is set when a grant was committed.
+	granted bool
+	// ended is the cause of a committed grant that ended; heldFor is how
+	// long it lasted.
+	ended   string
+	heldFor time.Duration
+	// regression is set when a grant was refused for a fence regression.
+	regression bool
+	// waiting says that an eligible candidate waits for the lease.
+	waiting bool
+}
+
+// leaseTracks keeps, per FencedLease, what the metrics need across
+// reconciles: since when a candidate waits, and the last holder state.
+type leaseTracks struct {
+	mu    sync.Mutex
+	byKey map[types.NamespacedName]*leaseTrack
+}
+
+type leaseTrack struct {
+	waitingSince time.Time
+	holder       *bool
+}
+
+func (t *leaseTracks) get(key types.NamespacedName) *leaseTrack {
+	if t.byKey == nil {
+		t.byKey = map[types.NamespacedName]*leaseTrack{}
+	}
+	tr := t.byKey[key]
+	if tr == nil {
+		tr = &leaseTrack{}
+		t.byKey[key] = tr
+	}
+	return tr
+}
+
+// recordMetrics turns the outcome of one reconcile, and the status it
+// recorded, into series.
+func (r *Reconciler) recordMetrics(s *scope) {
+	if s.stale {
+		return
+	}
+	ns, name := s.key.Namespace, s.key.Name
+	now := r.Clock.Now()
+	o := s.outcome
+	if o.renewed != "" {
+		renewalsTotal.WithLabelValues(ns, name, o.renewed).Inc()
+		lastRenewalGauge.WithLabelValues(ns, name).Set(unixSeconds(time.Now()))
+	}
+	if o.renewFailed != "" {
+		renewalFailuresTotal.WithLabelValues(ns, name, o.renewFailed).Inc()
+	}
+	if o.ended != "" {
+		handoffsTotal.WithLabelValues(ns, name, o.ended).Inc()
+		holdDuration.WithLabelValues(ns, name).Observe(o.heldFor.Seconds())
+		if holder.ExpiredWhileRunning(o.ended) {
+			expiredWhileRunningTotal.WithLabelValues(ns, name).Inc()
+		}
+	}
+	if o.regression {
+		fenceRegressionsTotal.WithLabelValues(ns, name).Inc()
+	}
+	r.tracks.mu.Lock()
+	tr := r.tracks.get(s.key)
+	switch {
+	case o.granted:
+		grantsTotal.WithLabelValues(ns, name).Inc()
+		lastRenewalGauge.WithLabelValues(ns, name).Set(unixSeconds(time.Now()))
+		if !tr.waitingSince.IsZero() {
+			acquisitionWait.WithLabelValues(ns, name).Observe(now.Sub(tr.waitingSince).Seconds())
+		} else {
+			acquisitionWait.WithLabelValues(ns, name).Observe(0)
+		}
+		tr.waitingSince = time.Time{}
+	case o.waiting && tr.waitingSince.IsZero():
+		tr.waitingSince = now
+	case !o.waiting:
+		tr.waitingSince = time.Time{}
+	}
+	held := s.fl.Status.Holder != nil
+	if tr.holder == nil || *tr.holder != held {
+		tr.holder = &held
+		holderSinceGauge.WithLabelValues(ns, name).Set(unixSeconds(time.Now()))
+	}
+	r.tracks.mu.Unlock()
+	holderGauge.WithLabelValues(ns, name).Set(map[bool]float64{true: 1, false: 0}[held])
+	fenceGauge.WithLabelValues(ns, name).Set(float64(s.fl.Status.Fence))
+	candidatesGauge.WithLabelValues(ns, name).Set(float64(s.fl.Status.Candidates))
+	pausedGauge.WithLabelValues(ns, name).Set(map[bool]float64{true: 1, false: 0}[s.fl.Spec.Paused])
+	leaseDurationGauge.WithLabelValues(ns, name).Set(policyOf(s.fl, r.PendingGrace).LeaseDuration.Seconds())
+	// Create the counters of the FencedLease at 0, so that rate() and
+	// increase() see their first increment.
+	grantsTotal.WithLabelValues(ns, name)
+	fenceRegressionsTotal.WithLabelValues(ns, name)
+	expiredWhileRunningTotal.WithLabelValues(ns, name)
+	mode := policyOf(s.fl, r.PendingGrace).Renewal
+	renewalsTotal.WithLabelValues(ns, name, mode)
+	renewalFailuresTotal.WithLabelValues(ns, name, mode)
+	for _, cause := range holder.Causes {
+		handoffsTotal.WithLabelValues(ns, name, cause)
+	}
+}
+
+// waitingForLease says whether the plan leaves an eligible candidate waiting
+// for the lease: nobody holds a valid grant, or the grant is ending.
+func waitingForLease(s *scope) bool {
+	if s.pods == nil || holder.CountEligible(s.pods.candidates) == 0 {
+		return false
+	}
+	switch {
+	case s.plan.Action == holder.Grant || s.plan.Action == holder.Revoke:
+		return true
+	case s.plan.Waiting == holder.WaitingForExpiry || s.plan.Waiting == holder.WaitingGranting:
+		return true
+	}
+	return false
+}
+
+// forgetMetrics deletes the series of a FencedLease that is gone.
+func (r *Reconciler) forgetMetrics(key types.NamespacedName) {
+	for _, v := range perLease {
+		v.DeletePartialMatch(prometheus.Labels{"namespace": key.Namespace, "name": key.Name})
+	}
+	r.tracks.mu.Lock()
+	delete(r.tracks.byKey, key)
+	r.tracks.mu.Unlock()
+}
+
+// unixSeconds is a wall-clock time for a timestamp series: Prometheus
+// compares it with time(), on its own clock; the operator's decisions never
+// use it.
+func unixSeconds(t time.Time) float64 {
+	return float64(t.UnixNano()) / 1e9
+}

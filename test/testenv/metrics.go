@@ -1,0 +1,135 @@
+package testenv
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// FreeAddress returns a local address with a free port.
+func FreeAddress() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// MetricsReaderToken creates a service account in namespace, binds it to the
+// metrics-reader ClusterRole as config/rbac/metrics_reader_role.yaml defines
+// it, and returns a token of it: what Prometheus scrapes with.
+func MetricsReaderToken(ctx context.Context, e *Env, namespace, name string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(RepoRoot(), "config", "rbac", "metrics_reader_role.yaml"))
+	if err != nil {
+		return "", err
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.Unmarshal(data, role); err != nil {
+		return "", fmt.Errorf("metrics_reader_role.yaml: %w", err)
+	}
+	role.Name = namespace + "-" + role.Name
+	if err := apply(ctx, e.Client, role); err != nil {
+		return "", err
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: name}},
+	}
+	if err := apply(ctx, e.Client, binding); err != nil {
+		return "", err
+	}
+	return ServiceAccountToken(ctx, e, namespace, name)
+}
+
+// ServiceAccountToken creates a service account (if missing) and returns a
+// token of it.
+func ServiceAccountToken(ctx context.Context, e *Env, namespace, name string) (string, error) {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	if err := ensure(ctx, e.Client, sa); err != nil {
+		return "", err
+	}
+	cfg, err := ServiceAccountConfig(ctx, e.Config, sa)
+	if err != nil {
+		return "", err
+	}
+	return cfg.BearerToken, nil
+}
+
+// Scrape reads the metrics endpoint at addr over HTTPS (its certificate is
+// self-signed), with the bearer token if not empty. It returns the HTTP
+// status and, for 200, the metric families.
+func Scrape(ctx context.Context, addr, token string) (int, map[string]*dto.MetricFamily, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the test endpoint's certificate is self-signed
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("scrape %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return resp.StatusCode, nil, nil
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return resp.StatusCode, nil, fmt.Errorf("parse the scrape of %s: %w", addr, err)
+	}
+	return resp.StatusCode, families, nil
+}
+
+// Sample is the value of one series of a scrape: the counter, gauge or
+// histogram count whose labels include every given label; the sum of them
+// when several match, and false when none does.
+func Sample(families map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
+	mf := families[name]
+	if mf == nil {
+		return 0, false
+	}
+	var sum float64
+	found := false
+series:
+	for _, m := range mf.GetMetric() {
+		have := map[string]string{}
+		for _, l := range m.GetLabel() {
+			have[l.GetName()] = l.GetValue()
+		}
+		for k, v := range labels {
+			if have[k] != v {
+				continue series
+			}
+		}
+		found = true
+		switch {
+		case m.Counter != nil:
+			sum += m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			sum += m.GetGauge().GetValue()
+		case m.Histogram != nil:
+			sum += float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return sum, found
+}
