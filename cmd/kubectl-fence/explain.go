@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	rules "github.com/fencedlease/fencedlease/internal/fencing"
+)
+
+// explanation is what a denial reason means and what to do about it.
+type explanation struct {
+	reason rules.Reason
+	// pattern recognizes the webhook's message (internal/fencing formats it).
+	pattern   *regexp.Regexp
+	why, todo string
+}
+
+// explanations cover every reason the fencing webhook denies with, in the
+// order their messages are told apart.
+var explanations = []explanation{
+	{rules.ReasonLabelChanged, regexp.MustCompile(`label fencedlease\.io/protected-by=\S* cannot be`),
+		"the write removes or changes the protected-by label, which would take the object out of the lease's protection",
+		"keep the label as it is; to unprotect an object, ask someone with break-glass rights (--break-glass-user/--break-glass-group) or delete and re-create it through the holder"},
+	{rules.ReasonInvalidLabel, regexp.MustCompile(`label fencedlease\.io/protected-by must name a FencedLease`),
+		"the protected-by label is empty",
+		"set the label to the name of a FencedLease in the object's namespace"},
+	{rules.ReasonMissingFence, regexp.MustCompile(`no fencedlease\.io/fence annotation`),
+		"the write carries no fence: only the holder may write a protected object, and it must show its fence",
+		"write from the holder pod with the annotation fencedlease.io/fence set to its token (/etc/fencedlease/fence, $FENCE_TOKEN under fence run, or fence.Stamp in Go)"},
+	{rules.ReasonMalformedFence, regexp.MustCompile(`annotation fencedlease\.io/fence: `),
+		"the fence annotation is not a canonical positive decimal number",
+		"copy the token exactly as the pod's /etc/fencedlease/fence file holds it: digits only, no sign, spaces or leading zeros"},
+	{rules.ReasonObjectFenceRegression, regexp.MustCompile(`the object was last written with fence \d+`),
+		"the object was last written with a higher fence than this write carries: a newer holder has written it since",
+		"this writer's grant is over; stop writing, and read the object again (and the token file) before acting as holder"},
+	{rules.ReasonStaleFence, regexp.MustCompile(`stale holder: FencedLease "[^"]*" is at fence \d+`),
+		"the write carries an older fence than the FencedLease's current one: the writer is a stale holder (paused, partitioned, or it missed that it lost the lease)",
+		"nothing to repair: fencing did its job. Make the workload stop when its token file says standby (fence run, or fence.Session in Go, do that) and check why it kept writing"},
+	{rules.ReasonUnknownFence, regexp.MustCompile(`unknown fence: FencedLease "[^"]*" is at fence \d+`),
+		"the write carries a fence higher than any the FencedLease ever granted: it was not read from a token file",
+		"use the pod's own token; a made-up or copied number is rejected"},
+	{rules.ReasonLeaseNotFound, regexp.MustCompile(`FencedLease "[^"]*" not found in namespace`),
+		"the protected-by label names a FencedLease that does not exist in the object's namespace",
+		"create the FencedLease, or fix the label"},
+	{rules.ReasonNoHolder, regexp.MustCompile(`FencedLease "[^"]*" has no holder`),
+		"nobody holds the lease at the moment (a takeover is waiting for the old grant to expire, or no candidate is ready)",
+		"wait for the next holder: kubectl fence status NAME says what the lease waits for"},
+	{rules.ReasonNotHolder, regexp.MustCompile(`pod \S+ is not the holder of FencedLease`),
+		"the writer is a pod, but not the current holder: a standby, or a former holder",
+		"only the holder writes; a standby waits for its token file to say holder (fence run does)"},
+	{rules.ReasonWriteNotPod, regexp.MustCompile(`is not a pod: only the holder pod`),
+		"the writer is not a pod (a person, a CI job, a controller): a fence proves nothing by itself, only the holder pod's bound identity does",
+		"write through the holder pod, or, for a repair, as a break-glass user or group (audited)"},
+	{rules.ReasonDeleteNotPod, regexp.MustCompile(`a delete carries no fence`),
+		"a delete cannot carry a fence, so only the holder pod may delete a protected object",
+		"delete from the holder pod, remove protection first as a break-glass user, or delete the namespace (its cleanup is allowed)"},
+}
+
+// explain recognizes a denial message; ok is false when it is none of the
+// fencing webhook's.
+func explain(msg string) (explanation, bool) {
+	for _, e := range explanations {
+		if e.pattern.MatchString(msg) {
+			return e, true
+		}
+	}
+	return explanation{}, false
+}
+
+var objectArg = regexp.MustCompile(`^(configmaps?|cm|secrets?)/([a-z0-9]([-a-z0-9.]*[a-z0-9])?)$`)
+
+// explainDenial explains a denial message (the arguments, or standard input
+// for "-"), or the protection of an object (configmap/NAME, secret/NAME).
+func explainDenial(ctx context.Context, o options, out io.Writer) error {
+	if len(o.args) == 0 {
+		return fmt.Errorf("explain-denial needs a denial message (or - to read it from standard input), or configmap/NAME or secret/NAME")
+	}
+	if m := objectArg.FindStringSubmatch(o.args[0]); m != nil && len(o.args) == 1 {
+		return explainObject(ctx, o, out, strings.HasPrefix(m[1], "s"), m[2])
+	}
+	msg := strings.Join(o.args, " ")
+	if msg == "-" {
+		data, err := io.ReadAll(os.Stdin)
+		if err != nil {
+			return fmt.Errorf("read the message from standard input: %w", err)
+		}
+		msg = string(data)
+	}
+	e, ok := explain(msg)
+	if !ok {
+		return fmt.Errorf("not a denial of the fencing webhook (admission webhook \"protected.fencedlease.io\"): %q", strings.TrimSpace(msg))
+	}
+	_, err := fmt.Fprintf(out, "Reason:  %s\nWhy:     %s\nWhat to do: %s\n", e.reason, e.why, e.todo)
+	return err
+}
+
+// explainObject says whether an object is protected, by which FencedLease,
+// who may write it and with which fence.
+func explainObject(ctx context.Context, o options, out io.Writer, secret bool, name string) error {
+	c, err := o.connect()
+	if err != nil {
+		return err
+	}
+	key := types.NamespacedName{Namespace: o.namespace, Name: name}
+	kind := "ConfigMap"
+	var obj client.Object = &corev1.ConfigMap{}
+	if secret {
+		// Only the metadata matters; a Secret's data is never printed.
+		kind, obj = "Secret", &corev1.Secret{}
+	}
+	if err := c.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("%s %s not found", kind, key)
+		}
+		return fmt.Errorf("get %s %s: %w", kind, key, err)
+	}
+	lease, protected := obj.GetLabels()[fencingv1alpha1.LabelProtectedBy]
+	if !protected {
+		_, err := fmt.Fprintf(out, "%s %s is not protected (no label %s): the fencing webhook never sees its writes.\n", kind, key, fencingv1alpha1.LabelProtectedBy)
+		return err
+	}
+	stored := obj.GetAnnotations()[fencingv1alpha1.AnnotationFence]
+	if stored == "" {
+		stored = "none"
+	}
+	fmt.Fprintf(out, "%s %s is protected by FencedLease %q; last written with fence %s.\n", kind, key, lease, stored)
+	fl := &fencingv1alpha1.FencedLease{}
+	switch err := c.Get(ctx, types.NamespacedName{Namespace: o.namespace, Name: lease}, fl); {
+	case apierrors.IsNotFound(err):
+		_, err := fmt.Fprintf(out, "FencedLease %q does not exist in namespace %s: every write is denied (%s) until it does.\n", lease, o.namespace, rules.ReasonLeaseNotFound)
+		return err
+	case err != nil:
+		return fmt.Errorf("get FencedLease %s/%s: %w", o.namespace, lease, err)
+	}
+	if fl.Status.Holder == nil {
+		_, err := fmt.Fprintf(out, "FencedLease %q has no holder now (%s): every write is denied (%s) until a pod is granted.\n", lease, stateOf(fl), rules.ReasonNoHolder)
+		return err
+	}
+	_, err = fmt.Fprintf(out, "Only pod %s, the holder, may write it now, with the annotation %s: \"%d\"; writes with a lower fence are stale (%s), from other pods %s, from non-pods %s.\n",
+		fl.Status.Holder.PodName, fencingv1alpha1.AnnotationFence, fl.Status.Fence, rules.ReasonStaleFence, rules.ReasonNotHolder, rules.ReasonWriteNotPod)
+	return err
+}

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+)
+
+// status prints the FencedLeases of the namespace (or of all, or one).
+func status(ctx context.Context, o options, out io.Writer) error {
+	c, err := o.connect()
+	if err != nil {
+		return err
+	}
+	switch len(o.args) {
+	case 0:
+	case 1:
+		if o.allNamespaces {
+			return fmt.Errorf("status %s: a name needs one namespace (-n), not -A", o.args[0])
+		}
+		return describe(ctx, c, o, out, o.args[0])
+	default:
+		return fmt.Errorf("status takes at most one FencedLease name, got %d", len(o.args))
+	}
+	var list fencingv1alpha1.FencedLeaseList
+	var opts []client.ListOption
+	if !o.allNamespaces {
+		opts = append(opts, client.InNamespace(o.namespace))
+	}
+	if err := c.List(ctx, &list, opts...); err != nil {
+		return fmt.Errorf("list FencedLeases: %w", err)
+	}
+	if len(list.Items) == 0 {
+		where := "in namespace " + o.namespace
+		if o.allNamespaces {
+			where = "in any namespace"
+		}
+		_, err := fmt.Fprintf(out, "No FencedLeases %s.\n", where)
+		return err
+	}
+	sort.Slice(list.Items, func(i, j int) bool {
+		a, b := list.Items[i], list.Items[j]
+		return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
+	})
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	head := "NAME\tHOLDER\tFENCE\tEXPIRES\tRENEWAL\tTAKEOVER\tCANDIDATES\tSTATE"
+	if o.allNamespaces {
+		head = "NAMESPACE\t" + head
+	}
+	fmt.Fprintln(tw, head)
+	for i := range list.Items {
+		fl := &list.Items[i]
+		row := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s", fl.Name, holderName(fl), fl.Status.Fence, expiresIn(fl, o.now()),
+			renewalOf(fl), takeoverOf(fl), fl.Status.Candidates, stateOf(fl))
+		if o.allNamespaces {
+			row = fl.Namespace + "\t" + row
+		}
+		fmt.Fprintln(tw, row)
+	}
+	return tw.Flush()
+}
+
+func holderName(fl *fencingv1alpha1.FencedLease) string {
+	if fl.Status.Holder == nil {
+		return "<none>"
+	}
+	return fl.Status.Holder.PodName
+}
+
+// expiresIn is the time left of the current grant, from status.expireTime:
+// for people (the operator judges expiry on its own monotonic clock).
+func expiresIn(fl *fencingv1alpha1.FencedLease, now time.Time) string {
+	if fl.Status.ExpireTime == nil {
+		return "-"
+	}
+	left := fl.Status.ExpireTime.Sub(now).Round(time.Second)
+	if left < 0 {
+		return "expired " + (-left).String() + " ago"
+	}
+	return left.String()
+}
+
+func renewalOf(fl *fencingv1alpha1.FencedLease) string {
+	if fl.Spec.Renewal == "" {
+		return string(fencingv1alpha1.RenewalOperator)
+	}
+	return string(fl.Spec.Renewal)
+}
+
+func takeoverOf(fl *fencingv1alpha1.FencedLease) string {
+	if fl.Spec.Takeover == "" {
+		return string(fencingv1alpha1.TakeoverSafe)
+	}
+	return string(fl.Spec.Takeover)
+}
+
+// stateOf is the reason of Degraded when degraded, else of Held.
+func stateOf(fl *fencingv1alpha1.FencedLease) string {
+	if d := meta.FindStatusCondition(fl.Status.Conditions, fencingv1alpha1.ConditionDegraded); d != nil && d.Status == "True" {
+		return "Degraded: " + d.Reason
+	}
+	if fl.Spec.Paused {
+		return "Paused"
+	}
+	if h := meta.FindStatusCondition(fl.Status.Conditions, fencingv1alpha1.ConditionHeld); h != nil {
+		return h.Reason
+	}
+	return "Unknown"
+}
+
+// describe tells the story of one FencedLease: its grant, its timing, its
+// conditions and its candidate pods.
+func describe(ctx context.Context, c client.Client, o options, out io.Writer, name string) error {
+	fl := &fencingv1alpha1.FencedLease{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: o.namespace, Name: name}, fl); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("FencedLease %s/%s not found", o.namespace, name)
+		}
+		return fmt.Errorf("get FencedLease %s/%s: %w", o.namespace, name, err)
+	}
+	now := o.now()
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "FencedLease:\t%s/%s\n", fl.Namespace, fl.Name)
+	if h := fl.Status.Holder; h != nil {
+		since := ""
+		if fl.Status.AcquireTime != nil {
+			since = ", granted " + now.Sub(fl.Status.AcquireTime.Time).Round(time.Second).String() + " ago"
+		}
+		node := ""
+		if h.NodeName != "" {
+			node = " on node " + h.NodeName
+		}
+		fmt.Fprintf(w, "Holder:\tpod %s%s, fence %d%s\n", h.PodName, node, fl.Status.Fence, since)
+	} else {
+		fmt.Fprintf(w, "Holder:\tnone (last fence %d)\n", fl.Status.Fence)
+	}
+	fmt.Fprintf(w, "Expires:\t%s\n", expiresIn(fl, now))
+	lease := time.Duration(fl.Spec.LeaseDurationSeconds) * time.Second
+	renew := lease / 3
+	if fl.Spec.RenewIntervalSeconds != nil {
+		renew = time.Duration(*fl.Spec.RenewIntervalSeconds) * time.Second
+	}
+	fmt.Fprintf(w, "Timing:\tlease %s, renewed every %s by the %s\n", lease, renew, strings.ToLower(renewalOf(fl)))
+	maxHold := "unlimited"
+	if fl.Spec.MaxHoldSeconds > 0 {
+		maxHold = (time.Duration(fl.Spec.MaxHoldSeconds) * time.Second).String()
+	}
+	fmt.Fprintf(w, "Takeover:\t%s, max hold %s, paused %t\n", takeoverOf(fl), maxHold, fl.Spec.Paused)
+	fmt.Fprintf(w, "Grants:\t%d\n", fl.Status.Transitions)
+	for _, t := range []string{fencingv1alpha1.ConditionReady, fencingv1alpha1.ConditionHeld, fencingv1alpha1.ConditionDegraded} {
+		if cond := meta.FindStatusCondition(fl.Status.Conditions, t); cond != nil {
+			msg := cond.Message
+			if msg != "" {
+				msg = ": " + msg
+			}
+			fmt.Fprintf(w, "%s:\t%s (%s)%s\n", t, cond.Status, cond.Reason, msg)
+		}
+	}
+	if req := fl.Annotations[fencingv1alpha1.AnnotationHandoffRequestedAt]; req != "" {
+		state := "pending"
+		if req == fl.Status.LastHandledHandoffAt {
+			state = "handled"
+		}
+		fmt.Fprintf(w, "Handoff:\trequested at %s, %s\n", req, state)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, client.InNamespace(fl.Namespace), client.MatchingLabels{fencingv1alpha1.LabelLease: fl.Name}); err != nil {
+		return fmt.Errorf("list the candidate pods of FencedLease %s/%s: %w", fl.Namespace, fl.Name, err)
+	}
+	fmt.Fprintf(out, "Candidates (%d eligible):\n", fl.Status.Candidates)
+	if len(pods.Items) == 0 {
+		_, err := fmt.Fprintln(out, "  none")
+		return err
+	}
+	sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[i].Name < pods.Items[j].Name })
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  POD\tROLE\tFENCE\tNODE\tPHASE")
+	for _, p := range pods.Items {
+		role, fence := p.Annotations[fencingv1alpha1.AnnotationRole], p.Annotations[fencingv1alpha1.AnnotationFence]
+		if role == "" {
+			role = "-"
+		}
+		if _, err := strconv.ParseInt(fence, 10, 64); err != nil {
+			fence = "-"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", p.Name, role, fence, orDash(p.Spec.NodeName), p.Status.Phase)
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
