@@ -19,7 +19,6 @@ type Balancer struct {
 	backends []string
 	mu       sync.Mutex
 	next     int
-	served   map[string]int
 	wg       sync.WaitGroup
 }
 
@@ -29,7 +28,7 @@ func NewBalancer(backends ...string) (*Balancer, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Balancer{l: l, backends: backends, served: map[string]int{}}
+	b := &Balancer{l: l, backends: backends}
 	b.wg.Add(1)
 	go b.serve()
 	return b, nil
@@ -37,17 +36,6 @@ func NewBalancer(backends ...string) (*Balancer, error) {
 
 // Port is the port it listens on.
 func (b *Balancer) Port() int { return b.l.Addr().(*net.TCPAddr).Port }
-
-// Served is how many connections each backend has been given.
-func (b *Balancer) Served() map[string]int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := map[string]int{}
-	for k, v := range b.served {
-		out[k] = v
-	}
-	return out
-}
 
 // Close stops listening; connections in flight finish.
 func (b *Balancer) Close() error {
@@ -82,9 +70,6 @@ func (b *Balancer) pass(conn net.Conn) {
 		if err != nil {
 			continue
 		}
-		b.mu.Lock()
-		b.served[addr]++
-		b.mu.Unlock()
 		done := make(chan struct{}, 2)
 		go func() { _, _ = io.Copy(up, conn); closeWrite(up); done <- struct{}{} }()
 		go func() { _, _ = io.Copy(conn, up); closeWrite(conn); done <- struct{}{} }()
