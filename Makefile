@@ -92,6 +92,12 @@ HOLDER_BENCH_PARALLEL ?= 6
 holder-bench: control-plane ## Run the holder-renewal proofs and print their numbers (docs/benchmarks.md): 100 paused fence run holders, 30 paused Go holders, 20 partitioned, 20 on a lost node, 50 handoffs per renewal mode (about 5 minutes).
 	go test -tags holderbench -count=1 -v -parallel $(HOLDER_BENCH_PARALLEL) -timeout 60m -run '^TestHolderBench' ./test/holder
 
+# make bench: FULL=1 runs the recorded configuration; BENCH_OUT names the
+# results directory (default bench-results/<UTC date and time>).
+.PHONY: bench
+bench: cluster-tools ## Run the benchmarks side by side with client-go's leader election: failover (3 causes, 2 clocks), admission latency, scale (100 and 1,000 leases; FULL=1: 100 handoffs per configuration, 100, 1,000 and 10,000 leases, about 45 minutes), into tables and plots under bench-results/.
+	go run ./hack/bench $(if $(FULL),-full) $(if $(BENCH_OUT),-out $(BENCH_OUT))
+
 # make chaos: CHAOS_DURATION of faults (the test's default, 75s, when unset);
 # LONG=1 makes it CHAOS_LONG_DURATION. CHAOS_SEED, CHAOS_ARTIFACTS and
 # CHAOS_REPORT pass through to the test (see test/chaos/doc.go).

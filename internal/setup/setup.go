@@ -94,9 +94,7 @@ func slimPod(obj any) (any, error) {
 		return obj, nil
 	}
 	p.ManagedFields = nil
-	if _, ok := p.Annotations[lastApplied]; ok {
-		delete(p.Annotations, lastApplied)
-	}
+	delete(p.Annotations, lastApplied)
 	p.Spec = corev1.PodSpec{
 		NodeName:       p.Spec.NodeName,
 		ReadinessGates: p.Spec.ReadinessGates,

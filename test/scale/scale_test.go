@@ -6,22 +6,21 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/setup"
@@ -30,7 +29,10 @@ import (
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) { testenv.Main(m, &env) }
+func TestMain(m *testing.M) {
+	klog.SetLogger(logr.Discard()) // client-go's leader election logs every attempt
+	testenv.Main(m, &env)
+}
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
@@ -48,17 +50,28 @@ func envDuration(name string, def time.Duration) time.Duration {
 
 // TestScale runs the operator binary, as a process of its own, against a real
 // API server with SCALE_LEASES FencedLeases of SCALE_PODS ready pods each
-// (15 s leases, renewed every 5 s), and measures: the time from the first
-// FencedLease until every one is held and published (a cold start), then
-// SCALE_STEADY of steady state, in which no grant may change (zero
-// re-grants, the same fence on every lease), with the Lease writes per
-// second and the operator's CPU and memory.
+// (pods of a Deployment's size; 15 s leases, renewed every 5 s), and
+// measures: the time from the first FencedLease until every one is held and
+// published (a cold start), then SCALE_STEADY of steady state, in which no
+// grant may change (zero re-grants, the same fence on every lease), with
+// the Lease writes per second, the operator's CPU and memory and its work
+// queue latency; then two restarts of the operator (caching slim pods, then
+// whole pods with --cache-whole-pods): the time until the new process has
+// renewed every Lease, and its memory over SCALE_WINDOW; then
+// SCALE_CLIENTGO_GROUPS client-go elections of SCALE_PODS candidates with
+// its default timing, for their Lease writes per second. The figures go to
+// the log and, as JSON, to $SCALE_OUT.
 func TestScale(t *testing.T) {
 	leases, podsPer := envInt("SCALE_LEASES", 1000), envInt("SCALE_PODS", 2)
-	steady := envDuration("SCALE_STEADY", 10*time.Minute)
+	steady, window := envDuration("SCALE_STEADY", 10*time.Minute), envDuration("SCALE_WINDOW", time.Minute)
+	cgGroups := envInt("SCALE_CLIENTGO_GROUPS", min(leases, 1000))
 	g := NewWithT(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	res := result{Leases: leases, PodsPerLease: podsPer}
+	// Each poll lists every FencedLease and the metadata of every pod: at
+	// 10,000 leases that is work for the API server the operator shares.
+	poll := time.Second + time.Duration(leases)*100*time.Microsecond
 
 	cfg := *env.Config
 	cfg.QPS, cfg.Burst = -1, 0
@@ -75,20 +88,22 @@ func TestScale(t *testing.T) {
 	start := time.Now()
 	parallel(leases, 16, func(i int) {
 		for p := 0; p < podsPer; p++ {
-			pod, err := testenv.CreatePod(ctx, c, testenv.Pod{Namespace: ns, Name: fmt.Sprintf("fl-%d-%d", i, p),
-				Labels: map[string]string{"app": fmt.Sprintf("fl-%d", i)}, Node: fmt.Sprintf("scale-node-%d", (i+p)%10)})
-			if err == nil {
-				err = testenv.SetReady(ctx, c, pod, start.Add(-time.Duration(p+1)*time.Minute))
-			}
+			err := createPod(ctx, c, ns, fmt.Sprintf("fl-%d-%d", i, p), fmt.Sprintf("fl-%d", i), fmt.Sprintf("scale-node-%d", (i+p)%10),
+				start.Add(-time.Duration(p+1)*time.Minute))
 			if err != nil {
 				t.Error(err)
 			}
 		}
 	})
+	res.PodsCreated = time.Since(start).Seconds()
 	t.Logf("%d pods created and ready in %s", leases*podsPer, time.Since(start).Round(time.Second))
+	g.Expect(t.Failed()).To(BeFalse())
 
-	op := startOperator(t, ctx)
+	bin, kubeconfig := buildOperator(t)
+	op := startOperator(t, ctx, bin, kubeconfig)
 	w := watchLeases(t, ctx, c, ns)
+	g.Eventually(op.scrape).WithTimeout(time.Minute).Should(HaveKey("go_memstats_heap_inuse_bytes"), "the operator serves metrics")
+	m0, _ := op.scrape()
 
 	created := time.Now()
 	parallel(leases, 16, func(i int) {
@@ -103,37 +118,99 @@ func TestScale(t *testing.T) {
 		held := publishedHolders(ctx, t, c, ns)
 		allHeld = time.Since(created)
 		return held
-	}).WithTimeout(20*time.Minute).WithPolling(time.Second).Should(Equal(leases), "every FencedLease held and published")
-	t.Logf("cold start: all %d FencedLeases held and published %s after the first was created", leases, allHeld.Round(100*time.Millisecond))
+	}).WithTimeout(20*time.Minute).WithPolling(poll).Should(Equal(leases), "every FencedLease held and published")
+	m1, _ := op.scrape()
+	res.ColdStart, res.ColdQueue = allHeld.Seconds(), queueLatencyBetween(m0, m1)
+	t.Logf("cold start: all %d FencedLeases held and published %s after the first was created; queue latency %+v", leases, allHeld.Round(100*time.Millisecond), res.ColdQueue)
 
 	// Steady state.
 	fences := w.fences()
 	w.reset()
-	cpu0, at0 := op.cpu(), time.Now()
-	var maxRSS int64
-	for time.Since(at0) < steady {
-		time.Sleep(10 * time.Second)
-		if rss := op.rss(); rss > maxRSS {
-			maxRSS = rss
-		}
-		g.Expect(op.running()).To(BeTrue(), "the operator exited:\n%s", op.output())
-	}
-	elapsed := time.Since(at0)
-	cpu := op.cpu() - cpu0
-	writes, regrants := w.counts()
+	res.Steady = measure(t, op, steady, leases, w)
 	now := w.fences()
-	changed := 0
 	for name, f := range fences {
 		if now[name] != f {
-			changed++
+			res.Steady.FencesChanged++
 		}
 	}
-	t.Logf("steady state for %s: %d Lease writes (%.1f/s, %.3f/s per lease), %d re-grants, %d fences changed; operator CPU %.1f%% of one core, max RSS %d MiB",
-		elapsed.Round(time.Second), writes, float64(writes)/elapsed.Seconds(), float64(writes)/elapsed.Seconds()/float64(leases),
-		regrants, changed, 100*cpu.Seconds()/elapsed.Seconds(), maxRSS>>20)
-	g.Expect(regrants).To(BeZero(), "no grant changes in steady state")
-	g.Expect(changed).To(BeZero(), "every lease keeps its fence")
-	g.Expect(writes).To(BeNumerically(">", 0), "the operator renews")
+	t.Logf("steady state: %+v", res.Steady)
+	g.Expect(res.Steady.Regrants).To(BeZero(), "no grant changes in steady state")
+	g.Expect(res.Steady.FencesChanged).To(BeZero(), "every lease keeps its fence")
+	g.Expect(res.Steady.Writes).To(BeNumerically(">", 0), "the operator renews")
+
+	// Restarts: slim pods, then whole pods.
+	for _, cache := range []string{"slim pods", "whole pods"} {
+		op.stop()
+		var extra []string
+		if cache == "whole pods" {
+			extra = append(extra, "--cache-whole-pods")
+		}
+		w.reset()
+		op = startOperator(t, ctx, bin, kubeconfig, extra...)
+		r := restart{Cache: cache}
+		g.Eventually(func() int { return w.renewedSince(op.started) }).WithTimeout(10*time.Minute).WithPolling(100*time.Millisecond).
+			Should(Equal(leases), "the new operator renews every Lease")
+		r.AllRenewed = time.Since(op.started).Seconds()
+		g.Eventually(func() int { return publishedHolders(ctx, t, c, ns) }).WithTimeout(10 * time.Minute).WithPolling(time.Second).Should(Equal(leases))
+		r.AllHeld = time.Since(op.started).Seconds()
+		_, r.Regrants = w.counts()
+		w.reset()
+		r.Window = measure(t, op, window, leases, w)
+		t.Logf("restart caching %s: every Lease renewed after %.1f s, all held and published after %.1f s, %d re-grants; then %+v",
+			cache, r.AllRenewed, r.AllHeld, r.Regrants, r.Window)
+		res.Restarts = append(res.Restarts, r)
+	}
+	op.stop()
+
+	// client-go elections with the same number of candidates.
+	if cgGroups > 0 {
+		cgns, err := testenv.Namespace(ctx, c, "clientgo")
+		g.Expect(err).NotTo(HaveOccurred())
+		cw := watchLeases(t, ctx, c, cgns)
+		cgctx, cgcancel := context.WithCancel(ctx)
+		wg, err := runClientGoGroups(cgctx, env.Config, cgns, cgGroups, podsPer)
+		g.Expect(err).NotTo(HaveOccurred())
+		time.Sleep(5 * time.Second)
+		cw.reset()
+		at := time.Now()
+		time.Sleep(window)
+		writes, _ := cw.counts()
+		elapsed := time.Since(at)
+		cgcancel()
+		wg.Wait()
+		res.ClientGo = clientGo{Groups: cgGroups, Candidates: podsPer, Seconds: elapsed.Seconds(), Writes: writes,
+			WritesPerSecond: float64(writes) / elapsed.Seconds(), PerGroup: float64(writes) / elapsed.Seconds() / float64(cgGroups)}
+		t.Logf("client-go: %+v", res.ClientGo)
+	}
+	writeResult(t, res)
+}
+
+// measure samples the operator for d: Lease writes and re-grants seen by
+// w, CPU, the largest RSS, the heap in use at the end, the queue latency.
+func measure(t *testing.T, op *operator, d time.Duration, leases int, w *leaseWatch) window {
+	m0, err := op.scrape()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu0, at0 := op.cpu(), time.Now()
+	var maxRSS int64
+	for time.Since(at0) < d {
+		time.Sleep(min(5*time.Second, d/4))
+		maxRSS = max(maxRSS, op.rss())
+		if !op.running() {
+			t.Fatalf("the operator exited:\n%s", tail(op.output(), 4096))
+		}
+	}
+	elapsed := time.Since(at0)
+	m1, err := op.scrape()
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes, regrants := w.counts()
+	return window{Seconds: elapsed.Seconds(), Writes: writes, WritesPerSecond: float64(writes) / elapsed.Seconds(),
+		PerLease: float64(writes) / elapsed.Seconds() / float64(leases), Regrants: regrants,
+		CPUPercent: 100 * (op.cpu() - cpu0).Seconds() / elapsed.Seconds(), MaxRSSMiB: float64(maxRSS) / (1 << 20),
+		HeapInuseMiB: m1["go_memstats_heap_inuse_bytes"] / (1 << 20), Queue: queueLatencyBetween(m0, m1)}
 }
 
 // parallel runs f(0..n-1) on workers goroutines.
@@ -156,12 +233,13 @@ func parallel(n, workers int, f func(int)) {
 // with the fence the status records.
 func publishedHolders(ctx context.Context, t *testing.T, c client.Client, ns string) int {
 	var fls fencingv1alpha1.FencedLeaseList
-	var pods corev1.PodList
+	pods := &metav1.PartialObjectMetadataList{}
+	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
 	if err := c.List(ctx, &fls, client.InNamespace(ns)); err != nil {
 		t.Log(err)
 		return -1
 	}
-	if err := c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+	if err := c.List(ctx, pods, client.InNamespace(ns)); err != nil {
 		t.Log(err)
 		return -1
 	}
@@ -187,6 +265,7 @@ type leaseWatch struct {
 	regrants    int
 	transitions map[string]int32
 	fence       map[string]string
+	renewed     map[string]time.Time
 }
 
 func watchLeases(t *testing.T, ctx context.Context, c client.WithWatch, ns string) *leaseWatch {
@@ -194,7 +273,7 @@ func watchLeases(t *testing.T, ctx context.Context, c client.WithWatch, ns strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	lw := &leaseWatch{transitions: map[string]int32{}, fence: map[string]string{}}
+	lw := &leaseWatch{transitions: map[string]int32{}, fence: map[string]string{}, renewed: map[string]time.Time{}}
 	go func() {
 		defer w.Stop()
 		for ev := range w.ResultChan() {
@@ -210,6 +289,9 @@ func watchLeases(t *testing.T, ctx context.Context, c client.WithWatch, ns strin
 			}
 			lw.transitions[l.Name] = tr
 			lw.fence[l.Name] = l.Annotations[fencingv1alpha1.AnnotationFence]
+			if rt := l.Spec.RenewTime; rt != nil {
+				lw.renewed[l.Name] = rt.Time
+			}
 			lw.mu.Unlock()
 		}
 	}()
@@ -228,6 +310,19 @@ func (lw *leaseWatch) counts() (int, int) {
 	return lw.writes, lw.regrants
 }
 
+// renewedSince counts the Leases last renewed at or after t.
+func (lw *leaseWatch) renewedSince(t time.Time) int {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	n := 0
+	for _, rt := range lw.renewed {
+		if !rt.Before(t) {
+			n++
+		}
+	}
+	return n
+}
+
 func (lw *leaseWatch) fences() map[string]string {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
@@ -236,109 +331,4 @@ func (lw *leaseWatch) fences() map[string]string {
 		out[k] = v
 	}
 	return out
-}
-
-// operator is the manager binary running as a process.
-type operator struct {
-	cmd  *exec.Cmd
-	out  *strings.Builder
-	mu   sync.Mutex
-	done chan struct{}
-}
-
-func startOperator(t *testing.T, ctx context.Context) *operator {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "manager")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/manager")
-	build.Dir = testenv.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the manager: %v\n%s", err, out)
-	}
-	au, err := env.AddUser(envtest.User{Name: "fencedlease-scale", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := au.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	op := &operator{out: &strings.Builder{}, done: make(chan struct{})}
-	op.cmd = exec.CommandContext(ctx, bin, "--kubeconfig="+path, "--leader-elect=false", "--enable-webhooks=false",
-		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--namespace=default", "--zap-log-level=info")
-	op.cmd.Stdout, op.cmd.Stderr = op, op
-	if err := op.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = op.cmd.Wait(); close(op.done) }()
-	t.Cleanup(func() {
-		_ = op.cmd.Process.Kill()
-		<-op.done
-		if f := os.Getenv("SCALE_OPERATOR_LOG"); f != "" {
-			_ = os.WriteFile(f, []byte(op.output()), 0o644)
-		}
-		if t.Failed() {
-			t.Logf("operator output (last 4 KiB):\n%s", tail(op.output(), 4096))
-		}
-	})
-	return op
-}
-
-func (o *operator) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.out.Write(p)
-}
-
-func (o *operator) output() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.out.String()
-}
-
-func (o *operator) running() bool {
-	select {
-	case <-o.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// cpu is the user and system time the process used so far.
-func (o *operator) cpu() time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", o.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
-}
-
-// rss is the resident set size of the process, in bytes.
-func (o *operator) rss() int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", o.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			f := strings.Fields(line)
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }

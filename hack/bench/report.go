@@ -1,0 +1,245 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// The JSON the tests write (test/bench, test/scale).
+type (
+	sample struct {
+		Published    float64 `json:"published_ms"`
+		Knows        float64 `json:"knows_ms"`
+		AfterRenewal float64 `json:"after_renewal_ms"`
+	}
+	series struct {
+		System  string   `json:"system"`
+		Config  string   `json:"config"`
+		Cause   string   `json:"cause"`
+		Timing  string   `json:"timing"`
+		Samples []sample `json:"samples"`
+	}
+	failover struct {
+		Handoffs  int      `json:"handoffs"`
+		Groups    int      `json:"groups"`
+		NodeGrace string   `json:"node_grace"`
+		Series    []series `json:"series"`
+	}
+	queue struct {
+		Count float64 `json:"count"`
+		P50   float64 `json:"p50_s"`
+		P90   float64 `json:"p90_s"`
+		P99   float64 `json:"p99_s"`
+		Mean  float64 `json:"mean_s"`
+	}
+	window struct {
+		Seconds         float64 `json:"seconds"`
+		Writes          int     `json:"lease_writes"`
+		WritesPerSecond float64 `json:"lease_writes_per_s"`
+		PerLease        float64 `json:"lease_writes_per_s_per_lease"`
+		Regrants        int     `json:"regrants"`
+		FencesChanged   int     `json:"fences_changed"`
+		CPUPercent      float64 `json:"cpu_percent"`
+		MaxRSSMiB       float64 `json:"max_rss_mib"`
+		HeapInuseMiB    float64 `json:"heap_inuse_mib"`
+		Queue           queue   `json:"queue"`
+	}
+	restart struct {
+		Cache      string  `json:"cache"`
+		AllRenewed float64 `json:"all_renewed_s"`
+		AllHeld    float64 `json:"all_held_s"`
+		Regrants   int     `json:"regrants"`
+		Window     window  `json:"window"`
+	}
+	scale struct {
+		Leases       int       `json:"leases"`
+		PodsPerLease int       `json:"pods_per_lease"`
+		PodsCreated  float64   `json:"pods_created_s"`
+		ColdStart    float64   `json:"cold_start_s"`
+		ColdQueue    queue     `json:"cold_queue"`
+		Steady       window    `json:"steady"`
+		Restarts     []restart `json:"restarts"`
+		ClientGo     struct {
+			Groups          int     `json:"groups"`
+			Candidates      int     `json:"candidates"`
+			Seconds         float64 `json:"seconds"`
+			Writes          int     `json:"lease_writes"`
+			WritesPerSecond float64 `json:"lease_writes_per_s"`
+			PerGroup        float64 `json:"lease_writes_per_s_per_group"`
+		} `json:"client_go"`
+	}
+)
+
+// quantile is the nearest-rank quantile of sorted values.
+func quantile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[int(p*float64(len(sorted)-1)+0.5)]
+}
+
+func sortedOf(ss []sample, f func(sample) float64) []float64 {
+	v := make([]float64, len(ss))
+	for i, s := range ss {
+		v[i] = f(s)
+	}
+	slices.Sort(v)
+	return v
+}
+
+// dur formats milliseconds: ms below 10 s, else seconds.
+func dur(ms float64) string {
+	if ms < 10000 {
+		return strconv.FormatFloat(ms, 'f', 0, 64) + " ms"
+	}
+	return strconv.FormatFloat(ms/1000, 'f', 2, 64) + " s"
+}
+
+func dist(v []float64) string {
+	if len(v) == 0 {
+		return "– | – | – | –"
+	}
+	return fmt.Sprintf("%s | %s | %s | %s", dur(quantile(v, 0.5)), dur(quantile(v, 0.9)), dur(quantile(v, 0.99)), dur(v[len(v)-1]))
+}
+
+func report(dir string) error {
+	var b strings.Builder
+	var m meta
+	if err := readJSON(filepath.Join(dir, "meta.json"), &m); err != nil {
+		return err
+	}
+	fmt.Fprintf(&b, "# Benchmark results\n\n`%s`, %s to %s UTC; %d CPUs, %s, %s.\n\n", m.Command,
+		m.Started.Format("Mon Jan 2 15:04"), m.Ended.Format("15:04"), m.CPUs, m.CPU, m.Go)
+	b.WriteString("| part | started (UTC) | took | 1-min load average min / mean / max | result |\n|---|---|---|---|---|\n")
+	names := make([]string, 0, len(m.Steps))
+	for k := range m.Steps {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(i, j int) bool { return m.Steps[names[i]].Started.Before(m.Steps[names[j]].Started) })
+	for _, k := range names {
+		j := m.Steps[k]
+		fmt.Fprintf(&b, "| %s | %s | %.0f s | %s | %s |\n", k, j.Started.Format("15:04:05"), j.Seconds, loadStats(j.Load), map[bool]string{true: "FAILED", false: "passed"}[j.Failed])
+	}
+	var f failover
+	if err := readJSON(filepath.Join(dir, "failover.json"), &f); err == nil {
+		writeFailover(&b, f)
+		if err := plotFailover(dir, f); err != nil {
+			return err
+		}
+	}
+	if rows, err := admission(filepath.Join(dir, "admission.log")); err == nil && len(rows) > 0 {
+		b.WriteString("\n## Fencing webhook admission latency\n\n| run | p50 protected / unprotected (ms) | p50 added (ms) | p99 protected / unprotected (ms) | p99 added (ms) | handler mean (µs) |\n|---|---|---|---|---|---|\n")
+		for i, r := range rows {
+			fmt.Fprintf(&b, "| %d | %.2f / %.2f | %.2f | %.2f / %.2f | %.2f | %.0f |\n", i+1, r["p50-protected-ms"], r["p50-unprotected-ms"], r["p50-added-ms"],
+				r["p99-protected-ms"], r["p99-unprotected-ms"], r["p99-added-ms"], r["handler-mean-µs"])
+		}
+	}
+	var runs []scale
+	files, _ := filepath.Glob(filepath.Join(dir, "scale-*.json"))
+	for _, file := range files {
+		var s scale
+		if err := readJSON(file, &s); err == nil {
+			runs = append(runs, s)
+		}
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i].Leases < runs[j].Leases })
+	if len(runs) > 0 {
+		writeScale(&b, runs)
+		if err := plotScale(dir, runs); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(b.String()), 0o644)
+}
+
+func loadStats(l []float64) string {
+	if len(l) == 0 {
+		return "–"
+	}
+	lo, hi, sum := l[0], l[0], 0.0
+	for _, v := range l {
+		lo, hi, sum = min(lo, v), max(hi, v), sum+v
+	}
+	return fmt.Sprintf("%.1f / %.1f / %.1f", lo, sum/float64(len(l)), hi)
+}
+
+func writeFailover(b *strings.Builder, f failover) {
+	fmt.Fprintf(b, "\n## Failover\n\n%d handoffs per row over %d groups at once; node lost: the node lifecycle controller's grace period %s. "+
+		"Published: from the cause to the new holder published; knows: to the new holder's process knowing; "+
+		"after renewal: from the old grant's last renewal to the new holder published.\n\n", f.Handoffs, f.Groups, f.NodeGrace)
+	b.WriteString("| system | configuration | cause | n | published p50 | p90 | p99 | max | knows p50 | p90 | p99 | max | after renewal p50 | p99 | max |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range f.Series {
+		after := sortedOf(s.Samples, func(x sample) float64 { return x.AfterRenewal })
+		afterCols := "– | – | –"
+		if len(after) > 0 {
+			afterCols = fmt.Sprintf("%s | %s | %s", dur(quantile(after, 0.5)), dur(quantile(after, 0.99)), dur(after[len(after)-1]))
+		}
+		fmt.Fprintf(b, "| %s | %s (%s) | %s | %d | %s | %s | %s |\n", s.System, s.Config, s.Timing, s.Cause, len(s.Samples),
+			dist(sortedOf(s.Samples, func(x sample) float64 { return x.Published })),
+			dist(sortedOf(s.Samples, func(x sample) float64 { return x.Knows })), afterCols)
+	}
+	b.WriteString("\nclient-go has no notion of a node: a lost node is a crash from its view (the crash rows).\n\n![failover, published](failover-published.png)\n\n![failover, knows](failover-knows.png)\n")
+}
+
+func writeScale(b *strings.Builder, runs []scale) {
+	b.WriteString("\n## Scale\n\n| leases (pods) | pods created | cold start: all held | steady state | Lease writes/s | per lease | re-grants | fences changed | CPU | max RSS | heap in use | queue p50 / p99 (cold) | queue p50 / p99 (steady) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range runs {
+		s := r.Steady
+		fmt.Fprintf(b, "| %d (%d) | %.0f s | %.1f s | %.0f s | %.1f | %.3f | %d | %d | %.1f %% | %.0f MiB | %.0f MiB | %s / %s | %s / %s |\n",
+			r.Leases, r.Leases*r.PodsPerLease, r.PodsCreated, r.ColdStart, s.Seconds, s.WritesPerSecond, s.PerLease, s.Regrants, s.FencesChanged,
+			s.CPUPercent, s.MaxRSSMiB, s.HeapInuseMiB, secs(r.ColdQueue.P50), secs(r.ColdQueue.P99), secs(s.Queue.P50), secs(s.Queue.P99))
+	}
+	b.WriteString("\nOperator restarts (the process killed and started again), then a window of steady state:\n\n| leases | cache | every Lease renewed by the new process | all held and published | re-grants | window | max RSS | heap in use | CPU | Lease writes/s per lease |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range runs {
+		for _, x := range r.Restarts {
+			fmt.Fprintf(b, "| %d | %s | %.1f s | %.1f s | %d | %.0f s | %.0f MiB | %.0f MiB | %.1f %% | %.3f |\n", r.Leases, x.Cache, x.AllRenewed, x.AllHeld, x.Regrants,
+				x.Window.Seconds, x.Window.MaxRSSMiB, x.Window.HeapInuseMiB, x.Window.CPUPercent, x.Window.PerLease)
+		}
+	}
+	b.WriteString("\nclient-go elections with the same number of candidates per group and its default timing (15 s / 10 s / 2 s), measured:\n\n| leases | groups measured | Lease writes/s | per group | for as many groups as leases | fencedlease, steady state |\n|---|---|---|---|---|---|\n")
+	for _, r := range runs {
+		c := r.ClientGo
+		fmt.Fprintf(b, "| %d | %d | %.1f | %.3f | %.1f | %.1f |\n", r.Leases, c.Groups, c.WritesPerSecond, c.PerGroup, c.PerGroup*float64(r.Leases), r.Steady.WritesPerSecond)
+	}
+	b.WriteString("\n![memory](scale-memory.png)\n\n![writes](scale-writes.png)\n\n![time until all held](scale-time.png)\n")
+}
+
+func secs(s float64) string {
+	if s < 1 {
+		return strconv.FormatFloat(s*1000, 'f', 1, 64) + " ms"
+	}
+	return strconv.FormatFloat(s, 'f', 2, 64) + " s"
+}
+
+// admission reads the metrics of every BenchmarkAdmissionLatency line.
+func admission(path string) ([]map[string]float64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var rows []map[string]float64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 4 || !strings.HasPrefix(fields[0], "BenchmarkAdmissionLatency") {
+			continue
+		}
+		row := map[string]float64{}
+		for i := 2; i+1 < len(fields); i += 2 {
+			if v, err := strconv.ParseFloat(fields[i], 64); err == nil {
+				row[fields[i+1]] = v
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows, sc.Err()
+}

@@ -1,0 +1,85 @@
+//go:build bench
+
+package bench_test
+
+import (
+	"encoding/json"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+
+	"github.com/fencedlease/fencedlease/test/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	klog.SetLogger(logr.Discard()) // client-go's leader election logs every attempt
+	testenv.Main(m, &env)
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// Sample is one handoff, in milliseconds from its cause.
+type Sample struct {
+	// Published: the new holder is published (fencedlease: the
+	// FencedLease's status and the pod's annotations name it with the new
+	// fence; client-go: the Lease's holderIdentity names it).
+	Published float64 `json:"published_ms"`
+	// Knows: the new holder's process knows (fencedlease: its pkg/fence
+	// Watcher reports holder with the new fence; client-go:
+	// OnStartedLeading).
+	Knows float64 `json:"knows_ms"`
+	// AfterRenewal: the new holder published, measured from the old
+	// holder's last renewal (the Lease's renewTime of the old grant).
+	AfterRenewal float64 `json:"after_renewal_ms"`
+}
+
+// Series is every handoff of one configuration and cause.
+type Series struct {
+	System  string   `json:"system"`
+	Config  string   `json:"config"`
+	Cause   string   `json:"cause"`
+	Timing  string   `json:"timing"`
+	Samples []Sample `json:"samples"`
+}
+
+// Result is what TestFailover writes to $BENCH_OUT.
+type Result struct {
+	Handoffs  int      `json:"handoffs"`
+	Groups    int      `json:"groups"`
+	NodeGrace string   `json:"node_grace"`
+	Series    []Series `json:"series"`
+}
+
+func writeResult(t *testing.T, r Result) {
+	path := os.Getenv("BENCH_OUT")
+	if path == "" {
+		return
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

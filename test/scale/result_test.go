@@ -1,0 +1,69 @@
+//go:build scale
+
+package scale_test
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+)
+
+// result is what TestScale writes to $SCALE_OUT.
+type result struct {
+	Leases       int          `json:"leases"`
+	PodsPerLease int          `json:"pods_per_lease"`
+	PodsCreated  float64      `json:"pods_created_s"`
+	ColdStart    float64      `json:"cold_start_s"`
+	ColdQueue    queueLatency `json:"cold_queue"`
+	Steady       window       `json:"steady"`
+	Restarts     []restart    `json:"restarts"`
+	ClientGo     clientGo     `json:"client_go"`
+}
+
+// window is what the operator did over a stretch of time.
+type window struct {
+	Seconds         float64      `json:"seconds"`
+	Writes          int          `json:"lease_writes"`
+	WritesPerSecond float64      `json:"lease_writes_per_s"`
+	PerLease        float64      `json:"lease_writes_per_s_per_lease"`
+	Regrants        int          `json:"regrants"`
+	FencesChanged   int          `json:"fences_changed"`
+	CPUPercent      float64      `json:"cpu_percent"`
+	MaxRSSMiB       float64      `json:"max_rss_mib"`
+	HeapInuseMiB    float64      `json:"heap_inuse_mib"`
+	Queue           queueLatency `json:"queue"`
+}
+
+// restart is an operator restart: until the new process renewed every
+// Lease, then a window of steady state.
+type restart struct {
+	Cache      string  `json:"cache"`
+	AllRenewed float64 `json:"all_renewed_s"`
+	AllHeld    float64 `json:"all_held_s"`
+	Regrants   int     `json:"regrants"`
+	Window     window  `json:"window"`
+}
+
+// clientGo is the Lease writes of client-go elections.
+type clientGo struct {
+	Groups          int     `json:"groups"`
+	Candidates      int     `json:"candidates"`
+	Seconds         float64 `json:"seconds"`
+	Writes          int     `json:"lease_writes"`
+	WritesPerSecond float64 `json:"lease_writes_per_s"`
+	PerGroup        float64 `json:"lease_writes_per_s_per_group"`
+}
+
+func writeResult(t *testing.T, r result) {
+	path := os.Getenv("SCALE_OUT")
+	if path == "" {
+		return
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
