@@ -10,4 +10,7 @@
 //   - every series an expression uses is one the operator serves, as listed
 //     by test/metrics (test/metrics/testdata/metrics.txt, written from a real
 //     scrape).
+//
+// The dashplot command of this module draws the dashboard's panels from a
+// recording of the metrics endpoint (docs/operations.md shows the picture).
 package rulecheck

@@ -101,7 +101,7 @@ func names(t *testing.T, where, expr string) []string {
 	for _, sel := range parser.ExtractSelectors(e) {
 		name := ""
 		for _, m := range sel {
-			if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
+			if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
 				name = m.Value
 			}
 		}

@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -75,6 +76,10 @@ func TestMetricsAfterLockServiceAndWebhook(t *testing.T) {
 
 	reader, err := testenv.MetricsReaderToken(ctx, env, ns, "prometheus")
 	g.Expect(err).NotTo(HaveOccurred())
+	if file := os.Getenv("FENCEDLEASE_SCRAPE_LOG"); file != "" {
+		stop := recordScrapes(t, ctx, addr, reader, file)
+		defer stop()
+	}
 	scrape := func(g Gomega) map[string]*dto.MetricFamily {
 		code, fams, err := testenv.Scrape(ctx, addr, reader)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -326,5 +331,40 @@ func writeNames(t *testing.T, fams map[string]*dto.MetricFamily) {
 	}
 	if err := os.WriteFile(file, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// recordScrapes scrapes every 250ms into file, each scrape headed by
+// "# scrape <unix milliseconds>", until stop is called: the input of
+// hack/rulecheck's dashplot, which draws the dashboard's queries over it.
+func recordScrapes(t *testing.T, ctx context.Context, addr, token, file string) (stop func()) {
+	f, err := os.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			at := time.Now()
+			if code, body, err := testenv.ScrapeText(ctx, addr, token); err == nil && code == http.StatusOK {
+				fmt.Fprintf(f, "# scrape %d\n%s", at.UnixMilli(), body)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
 	}
 }

@@ -1,9 +1,11 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -74,6 +76,21 @@ func ServiceAccountToken(ctx context.Context, e *Env, namespace, name string) (s
 // self-signed), with the bearer token if not empty. It returns the HTTP
 // status and, for 200, the metric families.
 func Scrape(ctx context.Context, addr, token string) (int, map[string]*dto.MetricFamily, error) {
+	code, body, err := ScrapeText(ctx, addr, token)
+	if err != nil || code != http.StatusOK {
+		return code, nil, err
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return code, nil, fmt.Errorf("parse the scrape of %s: %w", addr, err)
+	}
+	return code, families, nil
+}
+
+// ScrapeText is Scrape without the parsing: the status and the body in the
+// text exposition format.
+func ScrapeText(ctx context.Context, addr, token string) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/metrics", nil)
@@ -89,15 +106,14 @@ func Scrape(ctx context.Context, addr, token string) (int, map[string]*dto.Metri
 		return 0, nil, fmt.Errorf("scrape %s: %w", addr, err)
 	}
 	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, nil, fmt.Errorf("read the scrape of %s: %w", addr, err)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return resp.StatusCode, nil, nil
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return resp.StatusCode, nil, fmt.Errorf("parse the scrape of %s: %w", addr, err)
-	}
-	return resp.StatusCode, families, nil
+	return resp.StatusCode, body, nil
 }
 
 // Sample is the value of one series of a scrape: the counter, gauge or
