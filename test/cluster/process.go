@@ -82,22 +82,30 @@ func (c *Cluster) pid(name string) (int, bool) {
 	return pid, runs(pid, lines[1])
 }
 
-// runs says whether pid is alive (not a zombie) and runs bin.
+// runs says whether pid is alive and runs bin.
 func runs(pid int, bin string) bool {
 	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 	if err != nil || strings.TrimSuffix(exe, " (deleted)") != bin {
 		return false
 	}
+	return !gone(pid)
+}
+
+// gone says whether pid has finished exiting: no such process, or a zombie
+// (its files, sockets included, are closed by then). A process in the
+// middle of exiting may already have no executable link but still hold its
+// listening sockets.
+func gone(pid int) bool {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return false
+		return true
 	}
 	// The state follows the command name in parentheses.
 	s := string(stat)
 	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
+		return s[i+2] == 'Z' || s[i+2] == 'X'
 	}
-	return true
+	return false
 }
 
 // stop sends SIGTERM to the named process, then SIGKILL after grace, and
@@ -111,14 +119,14 @@ func (c *Cluster) stop(name string, grace time.Duration) error {
 	_ = syscall.Kill(pid, syscall.SIGTERM)
 	deadline := time.Now().Add(grace)
 	for time.Now().Before(deadline) {
-		if _, ok := c.pid(name); !ok {
+		if gone(pid) {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
 	for range 100 {
-		if _, ok := c.pid(name); !ok {
+		if gone(pid) {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -136,7 +144,7 @@ func (c *Cluster) kill(name string) error {
 		return fmt.Errorf("kill %s (pid %d): %w", name, pid, err)
 	}
 	for range 100 {
-		if _, ok := c.pid(name); !ok {
+		if gone(pid) {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
