@@ -7,12 +7,14 @@ K8S_VERSION ?= 1.37.2
 CONTROLLER_GEN_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
 HELM_VERSION ?= v3.22.0
+KWOK_VERSION ?= v0.8.0
 IMG ?= ghcr.io/fencedlease/fencedlease:dev
 
 K8S_BIN := $(CURDIR)/bin/k8s/$(K8S_VERSION)
 CONTROLLER_GEN := $(CURDIR)/bin/tools/controller-gen-$(CONTROLLER_GEN_VERSION)
 GOLANGCI_LINT := $(CURDIR)/bin/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
 HELM := $(CURDIR)/bin/tools/helm-$(HELM_VERSION)
+KWOK := $(CURDIR)/bin/tools/kwok-$(KWOK_VERSION)
 export KUBEBUILDER_ASSETS := $(K8S_BIN)
 # test/install runs this helm.
 export FENCEDLEASE_HELM := $(HELM)
@@ -70,10 +72,11 @@ helm-lint: $(HELM) ## Lint the Helm chart, with its default values and with ever
 ##@ Test
 
 .PHONY: test
-test: cluster-tools $(HELM) verify vet lint ## Run every test: unit, and integration against a real kube-apiserver, etcd, kube-controller-manager and PostgreSQL, both install paths (Helm, kustomize) included, then the short chaos run.
+test: cluster-tools $(HELM) $(KWOK) verify vet lint ## Run every test: unit, and integration against a real kube-apiserver, etcd, kube-controller-manager and PostgreSQL, both install paths (Helm, kustomize) included, then the short chaos run and the end-to-end tests on a local cluster.
 	go test $(GO_TEST_FLAGS) ./...
 	cd hack/rulecheck && FENCEDLEASE_HELM=$(HELM) go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) --no-print-directory chaos
+	$(MAKE) --no-print-directory test-e2e
 
 SCALE_LEASES ?= 1000
 SCALE_STEADY ?= 10m
@@ -81,6 +84,10 @@ SCALE_STEADY ?= 10m
 .PHONY: scale
 scale: control-plane ## Run the scale test: SCALE_LEASES FencedLeases (default 1000) x 2 ready pods on one operator process, cold start, then SCALE_STEADY (default 10m) of steady state with zero re-grants (about 12 minutes).
 	SCALE_LEASES=$(SCALE_LEASES) SCALE_STEADY=$(SCALE_STEADY) go test -tags scale -count=1 -v -timeout 60m ./test/scale
+
+.PHONY: test-e2e
+test-e2e: cluster-tools $(KWOK) $(HELM) ## Run the end-to-end tests (test/e2e): a local cluster of its own with kwok's nodes, the operator installed from the chart as two local replicas, Deployments and StatefulSets, rolling updates, scale to zero, a lost node, an operator restart, a webhook replica down (about 3 minutes).
+	FENCEDLEASE_KWOK=$(KWOK) go test -tags e2e $(GO_TEST_FLAGS) -v -timeout 20m ./test/e2e/
 
 .PHONY: test-unit
 test-unit: ## Run only the tests that need no control plane.
@@ -110,8 +117,6 @@ chaos: control-plane ## Run the chaos test: the operator and its webhooks on a r
 
 ##@ Run
 
-KWOK_VERSION ?= v0.8.0
-KWOK := $(CURDIR)/bin/tools/kwok-$(KWOK_VERSION)
 CLUSTER_DIR ?= $(CURDIR)/bin/cluster
 CLUSTER_FLAGS = --dir $(CLUSTER_DIR) --k8s-bin $(K8S_BIN) --kwok $(KWOK)
 
