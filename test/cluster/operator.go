@@ -210,8 +210,10 @@ func (c *Cluster) operatorPod(ctx context.Context, cs kubernetes.Interface, in *
 		}
 	}
 	pod := &corev1.Pod{
+		// Not a fencedlease.io/ annotation: those are the operator's own
+		// (the chart's admission policy keeps them so).
 		ObjectMeta: metav1.ObjectMeta{Namespace: in.Namespace, Name: podName, Labels: labels,
-			Annotations: map[string]string{"fencedlease.io/local-process": "the operator runs as a local process authenticated with this pod's token"}},
+			Annotations: map[string]string{"local-cluster/process": "the operator runs as a local process, authenticated with this pod's token"}},
 		Spec: tmpl.Spec,
 	}
 	pod.Spec.NodeName = c.Nodes[0]
