@@ -9,7 +9,9 @@
 //     expression parses (Grafana's variables replaced by example values);
 //   - every series an expression uses is one the operator serves, as listed
 //     by test/metrics (test/metrics/testdata/metrics.txt, written from a real
-//     scrape).
+//     scrape);
+//   - docs/operations.md explains every one of those series and every Event
+//     reason of the API.
 //
 // The dashplot command of this module draws the dashboard's panels from a
 // recording of the metrics endpoint (docs/operations.md shows the picture).

@@ -249,3 +249,34 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 }
+
+// TestOperationsDocCoversEverything: docs/operations.md explains every
+// series the operator serves, every alert of the rule (a section each, as
+// TestPrometheusRule checks) and every Event reason of the API.
+func TestOperationsDocCoversEverything(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range served(t) {
+		if strings.HasSuffix(name, "_bucket") || strings.HasSuffix(name, "_sum") || strings.HasSuffix(name, "_count") {
+			continue
+		}
+		if !strings.Contains(string(doc), "`"+name+"`") {
+			t.Errorf("docs/operations.md does not explain %s", name)
+		}
+	}
+	api, err := os.ReadFile(filepath.Join(root, "api", "v1alpha1", "condition_types.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := regexp.MustCompile(`(?m)^\s+Event\w+\s+=\s+"(\w+)"`).FindAllStringSubmatch(string(api), -1)
+	if len(reasons) < 10 {
+		t.Fatalf("found %d Event reasons in condition_types.go", len(reasons))
+	}
+	for _, r := range reasons {
+		if !strings.Contains(string(doc), "| `"+r[1]+"` |") {
+			t.Errorf("docs/operations.md has no row for the Event %s", r[1])
+		}
+	}
+}
