@@ -10,6 +10,8 @@
 //   - every series an expression uses is one the operator serves, as listed
 //     by test/metrics (test/metrics/testdata/metrics.txt, written from a real
 //     scrape);
+//   - the lease alerts, evaluated with the query engine over synthetic
+//     series, fire when they should and not before;
 //   - docs/operations.md explains every one of those series and every Event
 //     reason of the API.
 //
