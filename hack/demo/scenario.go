@@ -161,7 +161,8 @@ func (d *demo) firstHolder() (*corev1.Pod, int64, error) {
 		gates = append(gates, string(g.ConditionType))
 	}
 	d.say("The pod webhook injected into the ReplicaSet's pods: volume %v at /etc/fencedlease, readiness gate %v.", volumes, gates)
-	explain("Inside the pod, /etc/fencedlease/fence reads %d and /etc/fencedlease/role reads holder.", fence)
+	explain("A kubelet projects the pod's annotations into /etc/fencedlease/fence (%d) and /etc/fencedlease/role (holder),", fence)
+	explain("where the workload reads its token; here the demo reads the annotations and acts as the pod.")
 	d.handoffs = append(d.handoffs, handoff{cause: "first grant", from: "-", to: holder.Name, fence: fence, took: time.Since(t0)})
 	return holder, fence, nil
 }
