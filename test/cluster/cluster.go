@@ -126,15 +126,24 @@ func (c *Cluster) Up(ctx context.Context) (started bool, err error) {
 	if err := c.Down(); err != nil {
 		return false, err
 	}
+	if err := c.up(ctx); err != nil {
+		// A cluster that did not start leaves no process behind.
+		_ = c.Down()
+		return false, err
+	}
+	return true, nil
+}
+
+func (c *Cluster) up(ctx context.Context) error {
 	for _, bin := range []string{filepath.Join(c.K8sBin, etcd), filepath.Join(c.K8sBin, apiServer),
 		filepath.Join(c.K8sBin, controllerManager), filepath.Join(c.K8sBin, scheduler), c.Kwok} {
 		if _, err := os.Stat(bin); err != nil {
-			return false, fmt.Errorf("%s is missing: run 'hack/tools.sh cluster' and 'hack/tools.sh kwok' (make cluster does)", bin)
+			return fmt.Errorf("%s is missing: run 'hack/tools.sh cluster' and 'hack/tools.sh kwok' (make cluster does)", bin)
 		}
 	}
 	p, err := newPKI(filepath.Join(c.Dir, "pki"))
 	if err != nil {
-		return false, fmt.Errorf("certificates: %w", err)
+		return fmt.Errorf("certificates: %w", err)
 	}
 	for _, u := range []struct{ name, user string }{
 		{"admin", "local-cluster-admin"},
@@ -143,15 +152,15 @@ func (c *Cluster) Up(ctx context.Context) (started bool, err error) {
 		{kwok, "kwok"},
 	} {
 		if err := p.client(u.name, u.user, "system:masters"); err != nil {
-			return false, err
+			return err
 		}
 	}
 	if err := os.RemoveAll(filepath.Join(c.Dir, "etcd")); err != nil {
-		return false, err
+		return err
 	}
 	ports, err := freePorts(3)
 	if err != nil {
-		return false, err
+		return err
 	}
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
@@ -165,10 +174,10 @@ func (c *Cluster) Up(ctx context.Context) (started bool, err error) {
 		// A disposable cluster: speed over durability.
 		"--unsafe-no-fsync=true",
 	}}); err != nil {
-		return false, err
+		return err
 	}
 	if err := waitHTTP(ctx, etcdURL+"/health", 30*time.Second); err != nil {
-		return false, c.failed(etcd, err)
+		return c.failed(etcd, err)
 	}
 	if err := c.start(process{name: apiServer, bin: filepath.Join(c.K8sBin, apiServer), args: []string{
 		"--etcd-servers=" + etcdURL,
@@ -188,17 +197,17 @@ func (c *Cluster) Up(ctx context.Context) (started bool, err error) {
 		// which Endpoints refuse.
 		"--endpoint-reconciler-type=none",
 	}}); err != nil {
-		return false, err
+		return err
 	}
 	if err := c.writeKubeconfigs(server, p); err != nil {
-		return false, err
+		return err
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
 	if err != nil {
-		return false, err
+		return err
 	}
 	if err := waitReady(ctx, cfg, 60*time.Second); err != nil {
-		return false, c.failed(apiServer, err)
+		return c.failed(apiServer, err)
 	}
 	c.RestConfig = cfg
 
@@ -212,16 +221,16 @@ func (c *Cluster) Up(ctx context.Context) (started bool, err error) {
 		"--node-monitor-grace-period=" + c.NodeMonitorGracePeriod.String(),
 		"--node-monitor-period=2s",
 	}}); err != nil {
-		return false, err
+		return err
 	}
 	if err := c.start(process{name: scheduler, bin: filepath.Join(c.K8sBin, scheduler), args: []string{
 		"--kubeconfig=" + c.componentKubeconfig(scheduler), "--leader-elect=false", "--secure-port=0",
 	}}); err != nil {
-		return false, err
+		return err
 	}
 	stagesFile, err := c.writeStages()
 	if err != nil {
-		return false, err
+		return err
 	}
 	if err := c.start(process{name: kwok, bin: c.Kwok, args: []string{
 		"--kubeconfig=" + c.componentKubeconfig(kwok),
@@ -230,12 +239,9 @@ func (c *Cluster) Up(ctx context.Context) (started bool, err error) {
 		fmt.Sprintf("--node-lease-duration-seconds=%d", nodeLeaseSeconds),
 		"--cidr=10.244.0.0/16",
 	}}); err != nil {
-		return false, err
+		return err
 	}
-	if err := c.addNodes(ctx); err != nil {
-		return false, err
-	}
-	return true, nil
+	return c.addNodes(ctx)
 }
 
 // failed adds the end of a process's log to err.
