@@ -48,6 +48,9 @@ type operator struct {
 	log       *syncBuffer
 	exited    chan struct{}
 	probeAddr string
+	// metricsAddr is the metrics endpoint (HTTPS, scrapes authorized by the
+	// API server).
+	metricsAddr string
 	// webhookAddr is where the API server calls the webhooks.
 	webhookAddr string
 	// cfg authenticates as the operator's ServiceAccount.
@@ -123,6 +126,7 @@ func startOperator(t *testing.T, dep *appsv1.Deployment, webhookPort int) *opera
 		log:         &syncBuffer{},
 		exited:      make(chan struct{}),
 		probeAddr:   fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		metricsAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 		webhookAddr: fmt.Sprintf("localhost:%d", webhookPort),
 		cfg:         rest.AnonymousClientConfig(env.Config),
 		user:        "system:serviceaccount:" + dep.Namespace + ":" + tmpl.Spec.ServiceAccountName,
@@ -135,7 +139,7 @@ func startOperator(t *testing.T, dep *appsv1.Deployment, webhookPort int) *opera
 		"--webhook-cert-dir="+filepath.Join(dir, "certs"),
 		"--webhook-cert-extra-dns-name=localhost",
 		"--health-probe-bind-address="+o.probeAddr,
-		"--metrics-bind-address=0",
+		"--metrics-bind-address="+o.metricsAddr,
 	)
 	o.cmd = exec.Command(image.files[tmpl.Spec.Containers[0].Command[0]], args...)
 	o.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "POD_NAMESPACE="+dep.Namespace)
@@ -323,6 +327,9 @@ func TestOperatorInstalledByTheChart(t *testing.T) {
 	})
 	t.Run("least privilege", func(t *testing.T) {
 		leastPrivilege(t, op, wns)
+	})
+	t.Run("serves its metrics to the chart's metrics-reader only", func(t *testing.T) {
+		scrapeMetrics(t, op, wns)
 	})
 	t.Run("a server certificate rotation keeps admission working", func(t *testing.T) {
 		g := NewWithT(t)
@@ -672,4 +679,46 @@ func resourceOf(r string) string {
 func subresourceOf(r string) string {
 	_, sub, _ := strings.Cut(r, "/")
 	return sub
+}
+
+// scrapeMetrics: the operator's metrics endpoint, with the chart's flags and
+// RBAC, serves a service account bound to the chart's metrics-reader
+// ClusterRole (the lease of lockAndFence and the served certificate's
+// expiry among the series), and refuses a scrape without a token (401) or
+// by a service account without the binding (403).
+func scrapeMetrics(t *testing.T, op *operator, wns string) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	g.Expect(admin.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "prometheus-fencedlease-metrics"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: defaultRelease + "-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: wns, Name: "prometheus"}},
+	})).To(Succeed())
+	t.Cleanup(func() {
+		_ = admin.Delete(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "prometheus-fencedlease-metrics"}})
+	})
+	reader, err := testenv.ServiceAccountToken(ctx, env, wns, "prometheus")
+	g.Expect(err).NotTo(HaveOccurred())
+	stranger, err := testenv.ServiceAccountToken(ctx, env, wns, "stranger")
+	g.Expect(err).NotTo(HaveOccurred())
+	leaf, err := op.servedCertificate()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func(g Gomega) {
+		code, fams, err := testenv.Scrape(ctx, op.metricsAddr, reader)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(code).To(Equal(http.StatusOK))
+		grants, ok := testenv.Sample(fams, "fencedlease_grants_total", map[string]string{"namespace": wns, "name": "exporter"})
+		g.Expect(ok).To(BeTrue(), "the lease of lockAndFence has its series")
+		g.Expect(grants).To(BeNumerically(">=", 2), "lockAndFence hands the lease over once")
+		expiry, ok := testenv.Sample(fams, "fencedlease_certificate_expiry_timestamp_seconds", map[string]string{"certificate": "webhook"})
+		g.Expect(ok).To(BeTrue())
+		g.Expect(int64(expiry)).To(Equal(leaf.NotAfter.Unix()), "the expiry of the certificate the webhook server serves")
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	code, fams, err := testenv.Scrape(ctx, op.metricsAddr, "")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(code).To(Equal(http.StatusUnauthorized))
+	g.Expect(fams).To(BeNil())
+	code, _, err = testenv.Scrape(ctx, op.metricsAddr, stranger)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(code).To(Equal(http.StatusForbidden))
 }
