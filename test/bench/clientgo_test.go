@@ -103,6 +103,7 @@ func (g *cgGroup) run(n int) ([]Sample, error) {
 	time.Sleep(g.timing.retry + 100*time.Millisecond) // the standby is retrying
 	var out []Sample
 	for range n {
+		jitter()
 		t0 := time.Now()
 		leader.cancel()
 		var knows time.Time

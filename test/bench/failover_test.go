@@ -5,6 +5,7 @@ package bench_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -26,7 +27,8 @@ import (
 // lifecycle controller of kube-controller-manager marks it lost
 // BENCH_NODE_GRACE, 6 s, after the last heartbeat), and client-go candidates
 // with its default timing, with ReleaseOnCancel and tuned, for a cancelled
-// candidate and a killed one. Asserted: every handoff happens, to the other
+// candidate and a killed one. BENCH_ONLY, if set, keeps only the series
+// whose "system configuration cause" contains it. Asserted: every handoff happens, to the other
 // candidate, with a higher fence for fencedlease, never two published
 // holders (testenv.WatchHolders) and never two client-go leaders at once.
 func TestFailover(t *testing.T) {
@@ -93,6 +95,11 @@ func TestFailover(t *testing.T) {
 		}
 	}
 
+	if only := os.Getenv("BENCH_ONLY"); only != "" {
+		jobs = slices.DeleteFunc(jobs, func(j *job) bool {
+			return !strings.Contains(j.series.System+" "+j.series.Config+" "+j.series.Cause, only)
+		})
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -106,6 +113,9 @@ func TestFailover(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				samples, err := j.run(i, n)
+				for k := range samples {
+					samples[k].Group, samples[k].Seq = i, k
+				}
 				if err != nil {
 					t.Errorf("%s %s, %s: %v", j.series.System, j.series.Config, j.series.Cause, err)
 				}

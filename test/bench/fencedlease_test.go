@@ -4,6 +4,7 @@ package bench_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -70,9 +71,23 @@ func (g *flGroup) run(n int, grace time.Duration) ([]Sample, error) {
 	}); err != nil {
 		return nil, err
 	}
+	// Steady before the first handoff, as before every other: the other
+	// pod published as standby.
+	if err := w.rec.poll(w.ctx, timeout, "a standby of "+g.name, func() bool {
+		for _, p := range g.pods {
+			if p != first.pod && w.rec.role[p] == fencingv1alpha1.RoleStandby {
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		return nil, err
+	}
+	time.Sleep(300 * time.Millisecond)
 	var out []Sample
 	cur := first
 	for range n {
+		jitter()
 		s, next, err := g.handOver(cur, timeout)
 		if err != nil {
 			return out, fmt.Errorf("FencedLease %s, handoff %d: %w", g.name, len(out)+1, err)
@@ -82,6 +97,10 @@ func (g *flGroup) run(n int, grace time.Duration) ([]Sample, error) {
 	}
 	return out, nil
 }
+
+// jitter waits a random 0-3 s, so that the groups' handoffs do not all
+// fall at once and land at random points of the renew interval.
+func jitter() { time.Sleep(rand.N(3 * time.Second)) }
 
 func sharedNode(i int) string { return fmt.Sprintf("bench-node-%d", i%4) }
 

@@ -49,6 +49,9 @@ type Sample struct {
 	// AfterRenewal: the new holder published, measured from the old
 	// holder's last renewal (the Lease's renewTime of the old grant).
 	AfterRenewal float64 `json:"after_renewal_ms"`
+	// Group and Seq: which group, and which of its handoffs (from 0).
+	Group int `json:"group"`
+	Seq   int `json:"seq"`
 }
 
 // Series is every handoff of one configuration and cause.
