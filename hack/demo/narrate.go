@@ -114,7 +114,7 @@ func (d *demo) lookAround() {
 
     $kubectl -n %s get fl              # the FencedLease: holder, fence, candidates
     $kubectl -n %s get lease           # the Lease it grants
-    $kubectl -n %s get pods -o wide -L fencedlease.io/role
+    $kubectl -n %s get pods -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,ROLE:.metadata.annotations.fencedlease\.io/role,FENCE:.metadata.annotations.fencedlease\.io/fence'
     $kubectl -n %s describe pod <pod>  # annotations, readiness gate, token volume
     $kubectl -n %s get events --sort-by=.lastTimestamp
     $kubectl -n %s delete pod <holder> # and watch another pod take over
