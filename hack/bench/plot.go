@@ -83,6 +83,9 @@ func plotScale(dir string, runs []scale) error {
 		}
 		return f(x)
 	}
+	if err := plotCold(dir, runs); err != nil {
+		return err
+	}
 	for _, fig := range []struct {
 		file, title, ylabel string
 		lines               []line
@@ -145,6 +148,38 @@ func plotScale(dir string, runs []scale) error {
 		if err := p.Save(7*vg.Inch, 4.5*vg.Inch, filepath.Join(dir, fig.file)); err != nil {
 			return fmt.Errorf("save %s: %w", fig.file, err)
 		}
+	}
+	return nil
+}
+
+// plotCold draws the share of FencedLeases held and published against the
+// time since the first was created, one line per lease count.
+func plotCold(dir string, runs []scale) error {
+	p := plot.New()
+	p.Title.Text = "Cold start: FencedLeases held and published"
+	p.X.Label.Text, p.Y.Label.Text = "seconds since the first FencedLease was created", "% held and published"
+	p.Add(plotter.NewGrid())
+	for i, r := range runs {
+		var xy plotter.XYs
+		for _, pr := range r.ColdProgress {
+			xy = append(xy, plotter.XY{X: pr.Seconds, Y: 100 * float64(max(pr.Held, 0)) / float64(r.Leases)})
+		}
+		if len(xy) == 0 {
+			continue
+		}
+		ln, err := plotter.NewLine(xy)
+		if err != nil {
+			return err
+		}
+		ln.Color, ln.Dashes = plotutil.Color(i), plotutil.Dashes(i)
+		ln.Width = vg.Points(1.5)
+		p.Add(ln)
+		p.Legend.Add(fmt.Sprintf("%d leases", r.Leases), ln)
+	}
+	p.Legend.Top = false
+	p.Y.Min, p.Y.Max = 0, 100
+	if err := p.Save(7*vg.Inch, 4.5*vg.Inch, filepath.Join(dir, "scale-cold.png")); err != nil {
+		return fmt.Errorf("save scale-cold.png: %w", err)
 	}
 	return nil
 }

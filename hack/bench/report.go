@@ -58,14 +58,18 @@ type (
 		Window     window  `json:"window"`
 	}
 	scale struct {
-		Leases       int       `json:"leases"`
-		PodsPerLease int       `json:"pods_per_lease"`
-		PodsCreated  float64   `json:"pods_created_s"`
-		ColdStart    float64   `json:"cold_start_s"`
-		ColdQueue    queue     `json:"cold_queue"`
-		Steady       window    `json:"steady"`
-		Restarts     []restart `json:"restarts"`
-		ClientGo     struct {
+		Leases       int     `json:"leases"`
+		PodsPerLease int     `json:"pods_per_lease"`
+		PodsCreated  float64 `json:"pods_created_s"`
+		ColdStart    float64 `json:"cold_start_s"`
+		ColdProgress []struct {
+			Seconds float64 `json:"s"`
+			Held    int     `json:"held"`
+		} `json:"cold_progress"`
+		ColdQueue queue     `json:"cold_queue"`
+		Steady    window    `json:"steady"`
+		Restarts  []restart `json:"restarts"`
+		ClientGo  struct {
 			Groups          int     `json:"groups"`
 			Candidates      int     `json:"candidates"`
 			Seconds         float64 `json:"seconds"`
@@ -193,6 +197,12 @@ func writeScale(b *strings.Builder, runs []scale) {
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		s := r.Steady
+		if r.ColdStart == 0 && len(r.ColdProgress) > 0 {
+			last := r.ColdProgress[max(0, len(r.ColdProgress)-1)]
+			fmt.Fprintf(b, "| %d (%d) | %.0f s | **not all held**: %d of %d after %.0f s (held after 60 s: %d) | – | | | | | | | | %s / %s | |\n",
+				r.Leases, r.Leases*r.PodsPerLease, r.PodsCreated, last.Held, r.Leases, last.Seconds, heldAt(r, 60), secs(r.ColdQueue.P50), secs(r.ColdQueue.P99))
+			continue
+		}
 		fmt.Fprintf(b, "| %d (%d) | %.0f s | %.1f s | %.0f s | %.1f | %.3f | %d | %d | %.1f %% | %.0f MiB | %.0f MiB | %s / %s | %s / %s |\n",
 			r.Leases, r.Leases*r.PodsPerLease, r.PodsCreated, r.ColdStart, s.Seconds, s.WritesPerSecond, s.PerLease, s.Regrants, s.FencesChanged,
 			s.CPUPercent, s.MaxRSSMiB, s.HeapInuseMiB, secs(r.ColdQueue.P50), secs(r.ColdQueue.P99), secs(s.Queue.P50), secs(s.Queue.P99))
@@ -209,7 +219,18 @@ func writeScale(b *strings.Builder, runs []scale) {
 		c := r.ClientGo
 		fmt.Fprintf(b, "| %d | %d | %.1f | %.3f | %.1f | %.1f |\n", r.Leases, c.Groups, c.WritesPerSecond, c.PerGroup, c.PerGroup*float64(r.Leases), r.Steady.WritesPerSecond)
 	}
-	b.WriteString("\n![memory](scale-memory.png)\n\n![writes](scale-writes.png)\n\n![time until all held](scale-time.png)\n")
+	b.WriteString("\n![memory](scale-memory.png)\n\n![writes](scale-writes.png)\n\n![time until all held](scale-time.png)\n\n![cold start progress](scale-cold.png)\n")
+}
+
+// heldAt is how many were held at the last poll before t seconds.
+func heldAt(r scale, t float64) int {
+	n := 0
+	for _, p := range r.ColdProgress {
+		if p.Seconds <= t {
+			n = p.Held
+		}
+	}
+	return n
 }
 
 func secs(s float64) string {

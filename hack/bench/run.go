@@ -74,7 +74,7 @@ func run(dir, mode string, p plan, parts []string) error {
 		for _, r := range p.scale {
 			name := fmt.Sprintf("scale-%d", r.leases)
 			step(name, []string{"SCALE_LEASES=" + strconv.Itoa(r.leases), "SCALE_STEADY=" + r.steady.String(),
-				"SCALE_WINDOW=" + p.window.String(), "SCALE_CLIENTGO_GROUPS=" + strconv.Itoa(min(r.leases, 1000)),
+				"SCALE_WINDOW=" + p.window.String(), "SCALE_COLD_TIMEOUT=" + r.cold.String(), "SCALE_CLIENTGO_GROUPS=" + strconv.Itoa(min(r.leases, 1000)),
 				"SCALE_OUT=" + filepath.Join(abs, name+".json")},
 				"test", "-tags", "scale", "-count=1", "-v", "-timeout", "90m", "-run", "^TestScale$", "./test/scale")
 		}

@@ -73,6 +73,9 @@ func (r *recorder) follow(ctx context.Context, c client.WithWatch, ns string, li
 	for {
 		for ev := range w.ResultChan() {
 			now := time.Now()
+			if ev.Type == watch.Error {
+				rv = "" // too old: from now on
+			}
 			if o, ok := ev.Object.(client.Object); ok && ev.Type != watch.Error {
 				rv = o.GetResourceVersion()
 				if ev.Type != watch.Deleted {

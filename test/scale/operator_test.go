@@ -168,6 +168,15 @@ func (o *operator) scrape() (map[string]float64, error) {
 	return out, nil
 }
 
+// scrapeOr is the operator's metrics, or none if they cannot be read.
+func scrapeOr(o *operator) map[string]float64 {
+	m, err := o.scrape()
+	if err != nil {
+		return map[string]float64{}
+	}
+	return m
+}
+
 // queueLatency is the distribution of the time FencedLeases waited in the
 // controller's work queue between two scrapes
 // (workqueue_queue_duration_seconds of controller-runtime): quantiles by

@@ -14,10 +14,18 @@ type result struct {
 	PodsPerLease int          `json:"pods_per_lease"`
 	PodsCreated  float64      `json:"pods_created_s"`
 	ColdStart    float64      `json:"cold_start_s"`
+	ColdProgress []progress   `json:"cold_progress"`
 	ColdQueue    queueLatency `json:"cold_queue"`
 	Steady       window       `json:"steady"`
 	Restarts     []restart    `json:"restarts"`
 	ClientGo     clientGo     `json:"client_go"`
+}
+
+// progress is how many FencedLeases were held and published so long after
+// the first was created.
+type progress struct {
+	Seconds float64 `json:"s"`
+	Held    int     `json:"held"`
 }
 
 // window is what the operator did over a stretch of time.
