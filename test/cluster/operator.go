@@ -40,6 +40,21 @@ type Install struct {
 // operator's Deployment to zero: its pods would only be simulated. The
 // operator runs as local processes instead (StartOperator).
 func (c *Cluster) InstallChart(ctx context.Context, helm, chart, release, namespace string, set ...string) (*Install, error) {
+	cs, err := kubernetes.NewForConfig(c.RestConfig)
+	if err != nil {
+		return nil, err
+	}
+	// An earlier install's webhook configurations call the local operator
+	// by URL (PointWebhooks); helm's patch back to the chart's Service would
+	// leave both, which the API server refuses. They go, helm makes them
+	// again, and PointWebhooks points them again.
+	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release}
+	if err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
+		return nil, fmt.Errorf("delete the earlier ValidatingWebhookConfigurations of release %s: %w", release, err)
+	}
+	if err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
+		return nil, fmt.Errorf("delete the earlier MutatingWebhookConfigurations of release %s: %w", release, err)
+	}
 	args := []string{"upgrade", "--install", release, chart, "--namespace", namespace, "--create-namespace", "--kubeconfig", c.Kubeconfig}
 	for _, s := range set {
 		args = append(args, "--set", s)
@@ -49,10 +64,6 @@ func (c *Cluster) InstallChart(ctx context.Context, helm, chart, release, namesp
 		"HELM_CONFIG_HOME="+filepath.Join(c.Dir, "helm", "config"), "HELM_DATA_HOME="+filepath.Join(c.Dir, "helm", "data"))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out)
-	}
-	cs, err := kubernetes.NewForConfig(c.RestConfig)
-	if err != nil {
-		return nil, err
 	}
 	deps, err := cs.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
 	if err != nil {
