@@ -12,11 +12,16 @@ import (
 )
 
 // The controller's Prometheus series, on controller-runtime's registry (the
-// manager's metrics endpoint). Every series is labelled by the FencedLease's
-// namespace and name, and at most by one more label with a fixed set of
-// values (cause, mode): their number is bounded by the number of
-// FencedLeases, never by pods or fences. A FencedLease's series are deleted
-// with it.
+// manager's metrics endpoint). Counters and gauges are labelled by the
+// FencedLease's namespace and name, and at most by one more label with a
+// fixed set of values (cause, mode): their number is bounded by the number
+// of FencedLeases, never by pods or fences, and a FencedLease's series are
+// deleted with it. The two histograms are labelled by takeover mode only: a
+// histogram per FencedLease would cost a series per bucket, about 30 for
+// each FencedLease, which at ten thousand FencedLeases is most of the
+// operator's memory; the per-lease story is told by the counters and the
+// timestamps. handoffs_total gets a series for a cause when that cause first
+// ends a grant of the FencedLease, not ten at once.
 var (
 	leaseLabels = []string{"namespace", "name"}
 
@@ -48,12 +53,12 @@ var (
 		Name:    "fencedlease_acquisition_wait_seconds",
 		Help:    "Time from when an eligible candidate was waiting for the lease (no valid holder) to the commit of its grant, on the operator's clock. Under takeover Safe it includes the wait for the old grant to expire.",
 		Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300},
-	}, leaseLabels)
+	}, []string{"takeover"})
 	holdDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "fencedlease_hold_duration_seconds",
 		Help:    "How long committed grants lasted, from when the operator first saw them to their end.",
 		Buckets: []float64{1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 7 * 24 * 3600},
-	}, leaseLabels)
+	}, []string{"takeover"})
 	fenceGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "fencedlease_fence",
 		Help: "The fence of the current (or, without a holder, the last) grant, as the status records it.",
@@ -85,7 +90,7 @@ var (
 
 	perLease = []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		grantsTotal, handoffsTotal, expiredWhileRunningTotal, renewalsTotal, renewalFailuresTotal, fenceRegressionsTotal,
-		acquisitionWait, holdDuration, fenceGauge, candidatesGauge, holderGauge, holderSinceGauge, lastRenewalGauge, leaseDurationGauge, pausedGauge,
+		fenceGauge, candidatesGauge, holderGauge, holderSinceGauge, lastRenewalGauge, leaseDurationGauge, pausedGauge,
 	}
 	registerOnce sync.Once
 )
@@ -152,6 +157,7 @@ func (r *Reconciler) recordMetrics(s *scope) {
 	ns, name := s.key.Namespace, s.key.Name
 	now := r.Clock.Now()
 	o := s.outcome
+	takeover := string(policyOf(s.fl, r.PendingGrace).Takeover)
 	if o.renewed != "" {
 		renewalsTotal.WithLabelValues(ns, name, o.renewed).Inc()
 		lastRenewalGauge.WithLabelValues(ns, name).Set(unixSeconds(time.Now()))
@@ -161,7 +167,7 @@ func (r *Reconciler) recordMetrics(s *scope) {
 	}
 	if o.ended != "" {
 		handoffsTotal.WithLabelValues(ns, name, o.ended).Inc()
-		holdDuration.WithLabelValues(ns, name).Observe(o.heldFor.Seconds())
+		holdDuration.WithLabelValues(takeover).Observe(o.heldFor.Seconds())
 		if holder.ExpiredWhileRunning(o.ended) {
 			expiredWhileRunningTotal.WithLabelValues(ns, name).Inc()
 		}
@@ -176,9 +182,9 @@ func (r *Reconciler) recordMetrics(s *scope) {
 		grantsTotal.WithLabelValues(ns, name).Inc()
 		lastRenewalGauge.WithLabelValues(ns, name).Set(unixSeconds(time.Now()))
 		if !tr.waitingSince.IsZero() {
-			acquisitionWait.WithLabelValues(ns, name).Observe(now.Sub(tr.waitingSince).Seconds())
+			acquisitionWait.WithLabelValues(takeover).Observe(now.Sub(tr.waitingSince).Seconds())
 		} else {
-			acquisitionWait.WithLabelValues(ns, name).Observe(0)
+			acquisitionWait.WithLabelValues(takeover).Observe(0)
 		}
 		tr.waitingSince = time.Time{}
 	case o.waiting && tr.waitingSince.IsZero():
@@ -205,9 +211,6 @@ func (r *Reconciler) recordMetrics(s *scope) {
 	mode := policyOf(s.fl, r.PendingGrace).Renewal
 	renewalsTotal.WithLabelValues(ns, name, mode)
 	renewalFailuresTotal.WithLabelValues(ns, name, mode)
-	for _, cause := range holder.Causes {
-		handoffsTotal.WithLabelValues(ns, name, cause)
-	}
 }
 
 // waitingForLease says whether the plan leaves an eligible candidate waiting
