@@ -250,10 +250,10 @@ func (o *Operator) WaitReady(ctx context.Context, timeout time.Duration) error {
 			return nil
 		}
 		if _, ok := o.c.pid(operatorPrefix + o.Name); !ok {
-			return fmt.Errorf("operator %s exited:\n%s", o.Name, o.c.Tail(operatorPrefix+o.Name, 30))
+			return fmt.Errorf("operator %s exited:\n%s", o.Name, o.tail(30))
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("operator %s is not ready after %s: %w\n%s", o.Name, timeout, err, o.c.Tail(operatorPrefix+o.Name, 30))
+			return fmt.Errorf("operator %s is not ready after %s: %w\n%s", o.Name, timeout, err, o.tail(30))
 		}
 		select {
 		case <-ctx.Done():
@@ -261,6 +261,21 @@ func (o *Operator) WaitReady(ctx context.Context, timeout time.Duration) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// tail is the end of the operator's log without the failed readiness
+// probes, which would fill it while it is not ready.
+func (o *Operator) tail(lines int) string {
+	var keep []string
+	for _, l := range strings.Split(o.Log(), "\n") {
+		if !strings.Contains(l, "healthz check failed") {
+			keep = append(keep, l)
+		}
+	}
+	if len(keep) > lines {
+		keep = keep[len(keep)-lines:]
+	}
+	return strings.Join(keep, "\n")
 }
 
 // Ready asks the readiness endpoint, as the kubelet does.
