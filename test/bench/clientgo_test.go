@@ -69,19 +69,22 @@ func (g *cgGroup) start() *candidate {
 			Lock: lock, ReleaseOnCancel: g.timing.releaseOnCancel && g.cause == graceful,
 			LeaseDuration: g.timing.lease, RenewDeadline: g.timing.renewDeadline, RetryPeriod: g.timing.retry,
 			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(context.Context) {
+				// A candidate leads from OnStartedLeading until the context
+				// it gets there ends (before the release of the Lease, which
+				// comes before OnStoppedLeading).
+				OnStartedLeading: func(lctx context.Context) {
 					now := time.Now()
 					g.mu.Lock()
 					g.leaders++
 					g.twice = g.twice || g.leaders > 1
 					g.mu.Unlock()
 					c.started <- now
-				},
-				OnStoppedLeading: func() {
+					<-lctx.Done()
 					g.mu.Lock()
 					g.leaders--
 					g.mu.Unlock()
 				},
+				OnStoppedLeading: func() {},
 			},
 		})
 	}()

@@ -41,6 +41,8 @@ type recorder struct {
 	knows map[string]time.Time
 	// onPod, if set, is called with every pod event after it was recorded.
 	onPod func(*corev1.Pod)
+	// changed is closed, and replaced, whenever anything was recorded.
+	changed chan struct{}
 }
 
 type grantSeen struct {
@@ -51,7 +53,8 @@ type grantSeen struct {
 
 func newRecorder(ctx context.Context, t *testing.T, ns string) *recorder {
 	r := &recorder{status: map[string][]grantSeen{}, annotated: map[string]time.Time{}, role: map[string]string{},
-		holder: map[string]time.Time{}, renewed: map[string]time.Time{}, renewedBy: map[string]time.Time{}, knows: map[string]time.Time{}}
+		holder: map[string]time.Time{}, renewed: map[string]time.Time{}, renewedBy: map[string]time.Time{}, knows: map[string]time.Time{},
+		changed: make(chan struct{})}
 	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: setup.Scheme()})
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +110,7 @@ func (r *recorder) follow(ctx context.Context, c client.WithWatch, ns string, li
 func (r *recorder) see(o client.Object, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	defer r.notify()
 	switch o := o.(type) {
 	case *fencingv1alpha1.FencedLease:
 		h := o.Status.Holder
@@ -150,22 +154,34 @@ func (r *recorder) learned(pod string, fence int64, at time.Time) {
 	if _, ok := r.knows[key]; !ok {
 		r.knows[key] = at
 	}
+	r.notify()
 }
 
-// poll calls f under the lock every millisecond until it returns true, or
-// fails after timeout.
+// notify wakes the waiters of poll; the caller holds r.mu.
+func (r *recorder) notify() {
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// poll calls f under the lock whenever something was recorded until it
+// returns true, or fails after timeout. The times it finds are those of the
+// events, not of the wakeup.
 func (r *recorder) poll(ctx context.Context, timeout time.Duration, what string, f func() bool) error {
-	deadline := time.Now().Add(timeout)
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
 	for {
 		r.mu.Lock()
-		ok := f()
+		ok, changed := f(), r.changed
 		r.mu.Unlock()
 		if ok {
 			return nil
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		select {
+		case <-changed:
+		case <-deadline.C:
 			return fmt.Errorf("%s: not seen within %s", what, timeout)
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", what, ctx.Err())
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
