@@ -193,20 +193,21 @@ func writeFailover(b *strings.Builder, f failover) {
 }
 
 func writeScale(b *strings.Builder, runs []scale) {
-	b.WriteString("\n## Scale\n\n| leases (pods) | pods created | cold start: all held | steady state | Lease writes/s | per lease | re-grants | fences changed | CPU | max RSS | heap in use | queue p50 / p99 (cold) | queue p50 / p99 (steady) |\n")
+	b.WriteString("\n## Scale\n\n| leases (pods) | pods created | cold start: all held | steady state | Lease writes/s | per lease | re-grants | fences changed | CPU | max RSS | heap in use | queue wait mean; p50 / p99 (cold start) | queue wait mean; p50 / p99 (steady) |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		s := r.Steady
 		if r.ColdStart == 0 && len(r.ColdProgress) > 0 {
 			last := r.ColdProgress[max(0, len(r.ColdProgress)-1)]
-			fmt.Fprintf(b, "| %d (%d) | %.0f s | **not all held**: %d of %d after %.0f s (held after 60 s: %d) | – | | | | | | | | %s / %s | |\n",
-				r.Leases, r.Leases*r.PodsPerLease, r.PodsCreated, last.Held, r.Leases, last.Seconds, heldAt(r, 60), secs(r.ColdQueue.P50), secs(r.ColdQueue.P99))
+			fmt.Fprintf(b, "| %d (%d) | %.0f s | **not all held**: %d of %d after %.0f s (held after 60 s: %d) | – | | | | | | | | %s | |\n",
+				r.Leases, r.Leases*r.PodsPerLease, r.PodsCreated, last.Held, r.Leases, last.Seconds, heldAt(r, 60), qs(r.ColdQueue))
 			continue
 		}
-		fmt.Fprintf(b, "| %d (%d) | %.0f s | %.1f s | %.0f s | %.1f | %.3f | %d | %d | %.1f %% | %.0f MiB | %.0f MiB | %s / %s | %s / %s |\n",
+		fmt.Fprintf(b, "| %d (%d) | %.0f s | %.1f s | %.0f s | %.1f | %.3f | %d | %d | %.1f %% | %.0f MiB | %.0f MiB | %s | %s |\n",
 			r.Leases, r.Leases*r.PodsPerLease, r.PodsCreated, r.ColdStart, s.Seconds, s.WritesPerSecond, s.PerLease, s.Regrants, s.FencesChanged,
-			s.CPUPercent, s.MaxRSSMiB, s.HeapInuseMiB, secs(r.ColdQueue.P50), secs(r.ColdQueue.P99), secs(s.Queue.P50), secs(s.Queue.P99))
+			s.CPUPercent, s.MaxRSSMiB, s.HeapInuseMiB, qs(r.ColdQueue), qs(s.Queue))
 	}
+	b.WriteString("\nQueue wait: workqueue_queue_duration_seconds of the operator (from ready to picked up); its buckets are powers of ten apart, so p50 and p99 are interpolated within a factor of ten, the mean is exact.\n")
 	b.WriteString("\nOperator restarts (the process killed and started again), then a window of steady state:\n\n| leases | cache | every Lease renewed by the new process | all held and published | re-grants | window | max RSS | heap in use | CPU | Lease writes/s per lease |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		for _, x := range r.Restarts {
@@ -233,7 +234,16 @@ func heldAt(r scale, t float64) int {
 	return n
 }
 
+// qs formats a work queue wait: the mean is exact; the quantiles are
+// interpolated within histogram buckets that are powers of ten apart.
+func qs(q queue) string {
+	return fmt.Sprintf("%s; %s / %s", secs(q.Mean), secs(q.P50), secs(q.P99))
+}
+
 func secs(s float64) string {
+	if s < 0.001 {
+		return strconv.FormatFloat(s*1e6, 'f', 0, 64) + " µs"
+	}
 	if s < 1 {
 		return strconv.FormatFloat(s*1000, 'f', 1, 64) + " ms"
 	}
