@@ -141,19 +141,9 @@ func (c *Cluster) up(ctx context.Context) error {
 			return fmt.Errorf("%s is missing: run 'hack/tools.sh cluster' and 'hack/tools.sh kwok' (make cluster does)", bin)
 		}
 	}
-	p, err := newPKI(filepath.Join(c.Dir, "pki"))
+	p, err := c.certificates()
 	if err != nil {
-		return fmt.Errorf("certificates: %w", err)
-	}
-	for _, u := range []struct{ name, user string }{
-		{"admin", "local-cluster-admin"},
-		{controllerManager, "system:kube-controller-manager"},
-		{scheduler, "system:kube-scheduler"},
-		{kwok, "kwok"},
-	} {
-		if err := p.client(u.name, u.user, "system:masters"); err != nil {
-			return err
-		}
+		return err
 	}
 	if err := os.RemoveAll(filepath.Join(c.Dir, "etcd")); err != nil {
 		return err
@@ -162,44 +152,22 @@ func (c *Cluster) up(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	server := fmt.Sprintf("https://127.0.0.1:%d", ports[2])
-
-	if err := c.start(process{name: etcd, bin: filepath.Join(c.K8sBin, etcd), args: []string{
-		"--name=local", "--data-dir=" + filepath.Join(c.Dir, "etcd"),
-		"--listen-client-urls=" + etcdURL, "--advertise-client-urls=" + etcdURL,
-		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
-		"--initial-cluster=local=" + peerURL,
-		// A disposable cluster: speed over durability.
-		"--unsafe-no-fsync=true",
-	}}); err != nil {
+	a := addresses{
+		etcd:   fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
+		peer:   fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
+		port:   ports[2],
+		server: fmt.Sprintf("https://127.0.0.1:%d", ports[2]),
+	}
+	if err := c.start(c.etcdProcess(a)); err != nil {
 		return err
 	}
-	if err := waitHTTP(ctx, etcdURL+"/health", 30*time.Second); err != nil {
+	if err := waitHTTP(ctx, a.etcd+"/health", 30*time.Second); err != nil {
 		return c.failed(etcd, err)
 	}
-	if err := c.start(process{name: apiServer, bin: filepath.Join(c.K8sBin, apiServer), args: []string{
-		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", ports[2]),
-		"--cert-dir=" + filepath.Join(c.Dir, "pki"),
-		"--tls-cert-file=" + p.path("apiserver.crt"), "--tls-private-key-file=" + p.path("apiserver.key"),
-		"--client-ca-file=" + p.path("ca.crt"),
-		// Bound service-account tokens: the TokenRequest API signs with
-		// this key, and puts the pod's name and UID into the token.
-		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file=" + p.path("sa.pub"),
-		"--service-account-signing-key-file=" + p.path("sa.key"),
-		"--authorization-mode=RBAC",
-		"--service-cluster-ip-range=10.96.0.0/16",
-		"--allow-privileged=true",
-		// The kubernetes Service would get 127.0.0.1 as its endpoint,
-		// which Endpoints refuse.
-		"--endpoint-reconciler-type=none",
-	}}); err != nil {
+	if err := c.start(c.apiServerProcess(a, p)); err != nil {
 		return err
 	}
-	if err := c.writeKubeconfigs(server, p); err != nil {
+	if err := c.writeKubeconfigs(a.server, p); err != nil {
 		return err
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
@@ -210,38 +178,37 @@ func (c *Cluster) up(ctx context.Context) error {
 		return c.failed(apiServer, err)
 	}
 	c.RestConfig = cfg
-
-	if err := c.start(process{name: controllerManager, bin: filepath.Join(c.K8sBin, controllerManager), args: []string{
-		"--kubeconfig=" + c.componentKubeconfig(controllerManager),
-		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
-		// The legacy token controller needs the signing key and makes
-		// Secrets nobody here uses; pods get bound tokens.
-		"--controllers=*,-serviceaccount-token",
-		"--root-ca-file=" + p.path("ca.crt"),
-		"--node-monitor-grace-period=" + c.NodeMonitorGracePeriod.String(),
-		"--node-monitor-period=2s",
-	}}); err != nil {
-		return err
-	}
-	if err := c.start(process{name: scheduler, bin: filepath.Join(c.K8sBin, scheduler), args: []string{
-		"--kubeconfig=" + c.componentKubeconfig(scheduler), "--leader-elect=false", "--secure-port=0",
-	}}); err != nil {
-		return err
-	}
 	stagesFile, err := c.writeStages()
 	if err != nil {
 		return err
 	}
-	if err := c.start(process{name: kwok, bin: c.Kwok, args: []string{
-		"--kubeconfig=" + c.componentKubeconfig(kwok),
-		"--config=" + stagesFile,
-		"--manage-all-nodes=true",
-		fmt.Sprintf("--node-lease-duration-seconds=%d", nodeLeaseSeconds),
-		"--cidr=10.244.0.0/16",
-	}}); err != nil {
-		return err
+	for _, proc := range []process{c.controllerManagerProcess(p), c.schedulerProcess(), c.kwokProcess(stagesFile)} {
+		if err := c.start(proc); err != nil {
+			return err
+		}
 	}
 	return c.addNodes(ctx)
+}
+
+// certificates makes the CA and the certificates, and a client certificate
+// for each component (all cluster administrators: a local, disposable
+// cluster).
+func (c *Cluster) certificates() (*pki, error) {
+	p, err := newPKI(filepath.Join(c.Dir, "pki"))
+	if err != nil {
+		return nil, fmt.Errorf("certificates: %w", err)
+	}
+	for _, u := range []struct{ name, user string }{
+		{"admin", "local-cluster-admin"},
+		{controllerManager, "system:kube-controller-manager"},
+		{scheduler, "system:kube-scheduler"},
+		{kwok, "kwok"},
+	} {
+		if err := p.client(u.name, u.user, "system:masters"); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
 }
 
 // failed adds the end of a process's log to err.
