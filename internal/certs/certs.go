@@ -150,7 +150,7 @@ func (c *Certs) Add(mgr ctrl.Manager) error {
 		return fmt.Errorf("create the cache of Secret %s/%s: %w", c.opts.Namespace, c.opts.SecretName, err)
 	}
 	c.reader = ca
-	if err := mgr.Add(ca); err != nil {
+	if err := mgr.Add(everyReplica{ca}); err != nil {
 		return fmt.Errorf("add the certificate cache: %w", err)
 	}
 	log := mgr.GetLogger().WithName("certs").WithValues("Secret", klog.KRef(c.opts.Namespace, c.opts.SecretName))
@@ -182,6 +182,15 @@ func (c *Certs) Add(mgr ctrl.Manager) error {
 	}
 	return nil
 }
+
+// everyReplica runs the certificate cache on every replica, not only on the
+// elected leader: controller-runtime puts a runnable that does not say
+// otherwise into the leader-election group, and a replica that never loads
+// its certificate never serves the webhooks (and is never Ready).
+type everyReplica struct{ cache.Cache }
+
+// NeedLeaderElection is false: every replica serves the webhooks.
+func (everyReplica) NeedLeaderElection() bool { return false }
 
 // nameSelector restricts a watch to one object when there is one name, so
 // that RBAC may grant it by resourceNames.
