@@ -131,13 +131,20 @@ func TestScale(t *testing.T) {
 			lastLog = time.Now()
 		}
 		if at > coldTimeout {
+			// Record it, skip the steady state, and still measure what the
+			// restarts cost in memory, with each cache.
 			res.ColdQueue = queueLatencyBetween(m0, scrapeOr(op))
-			writeResult(t, res)
-			t.Fatalf("cold start: only %d of %d FencedLeases held and published after %s", held, leases, at.Round(time.Second))
+			t.Errorf("cold start: only %d of %d FencedLeases held and published after %s", held, leases, at.Round(time.Second))
+			break
 		}
 		time.Sleep(poll)
 	}
 	allHeld := time.Duration(res.ColdStart * float64(time.Second))
+	if res.ColdStart == 0 {
+		res.Restarts = restarts(t, ctx, c, ns, bin, kubeconfig, op, w, leases, window, poll, false)
+		writeResult(t, res)
+		return
+	}
 	res.ColdQueue = queueLatencyBetween(m0, scrapeOr(op))
 	t.Logf("cold start: all %d FencedLeases held and published %s after the first was created; queue latency %+v", leases, allHeld.Round(100*time.Millisecond), res.ColdQueue)
 
@@ -157,28 +164,7 @@ func TestScale(t *testing.T) {
 	g.Expect(res.Steady.Writes).To(BeNumerically(">", 0), "the operator renews")
 
 	// Restarts: slim pods, then whole pods.
-	for _, cache := range []string{"slim pods", "whole pods"} {
-		op.stop()
-		var extra []string
-		if cache == "whole pods" {
-			extra = append(extra, "--cache-whole-pods")
-		}
-		w.reset()
-		op = startOperator(t, ctx, bin, kubeconfig, extra...)
-		r := restart{Cache: cache}
-		g.Eventually(func() int { return w.renewedSince(op.started) }).WithTimeout(10*time.Minute).WithPolling(100*time.Millisecond).
-			Should(Equal(leases), "the new operator renews every Lease")
-		r.AllRenewed = time.Since(op.started).Seconds()
-		g.Eventually(func() int { return publishedHolders(ctx, t, c, ns) }).WithTimeout(10 * time.Minute).WithPolling(time.Second).Should(Equal(leases))
-		r.AllHeld = time.Since(op.started).Seconds()
-		_, r.Regrants = w.counts()
-		w.reset()
-		r.Window = measure(t, op, window, leases, w)
-		t.Logf("restart caching %s: every Lease renewed after %.1f s, all held and published after %.1f s, %d re-grants; then %+v",
-			cache, r.AllRenewed, r.AllHeld, r.Regrants, r.Window)
-		res.Restarts = append(res.Restarts, r)
-	}
-	op.stop()
+	res.Restarts = restarts(t, ctx, c, ns, bin, kubeconfig, op, w, leases, window, poll, true)
 
 	// client-go elections with the same number of candidates.
 	if cgGroups > 0 {
@@ -201,6 +187,44 @@ func TestScale(t *testing.T) {
 		t.Logf("client-go: %+v", res.ClientGo)
 	}
 	writeResult(t, res)
+}
+
+// restarts kills the operator and starts it again, first caching slim pods,
+// then whole pods (--cache-whole-pods), and measures each: the time until
+// the new process has renewed every Lease and all are held and published
+// (required when held is true; otherwise waited for at most a window), then
+// a window of steady state.
+func restarts(t *testing.T, ctx context.Context, c client.Client, ns, bin, kubeconfig string, op *operator, w *leaseWatch,
+	leases int, window, poll time.Duration, held bool) []restart {
+	g := NewWithT(t)
+	var out []restart
+	for _, cache := range []string{"slim pods", "whole pods"} {
+		op.stop()
+		var extra []string
+		if cache == "whole pods" {
+			extra = append(extra, "--cache-whole-pods")
+		}
+		w.reset()
+		op = startOperator(t, ctx, bin, kubeconfig, extra...)
+		r := restart{Cache: cache}
+		if held {
+			g.Eventually(func() int { return w.renewedSince(op.started) }).WithTimeout(10*time.Minute).WithPolling(100*time.Millisecond).
+				Should(Equal(leases), "the new operator renews every Lease")
+			r.AllRenewed = time.Since(op.started).Seconds()
+			g.Eventually(func() int { return publishedHolders(ctx, t, c, ns) }).WithTimeout(10 * time.Minute).WithPolling(poll).Should(Equal(leases))
+			r.AllHeld = time.Since(op.started).Seconds()
+		} else {
+			time.Sleep(window)
+		}
+		_, r.Regrants = w.counts()
+		w.reset()
+		r.Window = measure(t, op, window, leases, w)
+		t.Logf("restart caching %s: every Lease renewed after %.1f s, all held and published after %.1f s, %d re-grants; then %+v",
+			cache, r.AllRenewed, r.AllHeld, r.Regrants, r.Window)
+		out = append(out, r)
+	}
+	op.stop()
+	return out
 }
 
 // measure samples the operator for d: Lease writes and re-grants seen by
