@@ -48,6 +48,7 @@ func main() {
 	out := flag.String("out", "", "results directory (default bench-results/<UTC date and time>)")
 	only := flag.String("only", "failover,admission,scale", "comma-separated parts to run")
 	leases := flag.String("leases", "", "comma-separated lease counts for the scale part, replacing the mode's (steady state as for the nearest)")
+	cold := flag.Duration("cold", 0, "how long a scale run's cold start may take, replacing the mode's")
 	render := flag.Bool("render", false, "only render results.md and the plots from the JSON already in -out")
 	flag.Parse()
 	p, mode := quick, "quick"
@@ -65,6 +66,11 @@ func main() {
 			runs = append(runs, scaleRun{n, near.steady, near.cold})
 		}
 		p.scale = runs
+	}
+	if *cold > 0 {
+		for i := range p.scale {
+			p.scale[i].cold = *cold
+		}
 	}
 	dir := *out
 	if dir == "" {

@@ -140,31 +140,14 @@ func TestScale(t *testing.T) {
 		time.Sleep(poll)
 	}
 	allHeld := time.Duration(res.ColdStart * float64(time.Second))
-	if res.ColdStart == 0 {
-		res.Restarts = restarts(t, ctx, c, ns, bin, kubeconfig, op, w, leases, window, poll, false)
-		writeResult(t, res)
-		return
-	}
 	res.ColdQueue = queueLatencyBetween(m0, scrapeOr(op))
-	t.Logf("cold start: all %d FencedLeases held and published %s after the first was created; queue latency %+v", leases, allHeld.Round(100*time.Millisecond), res.ColdQueue)
-
-	// Steady state.
-	fences := w.fences()
-	w.reset()
-	res.Steady = measure(t, op, steady, leases, w)
-	now := w.fences()
-	for name, f := range fences {
-		if now[name] != f {
-			res.Steady.FencesChanged++
-		}
+	if res.ColdStart > 0 {
+		t.Logf("cold start: all %d FencedLeases held and published %s after the first was created; queue latency %+v", leases, allHeld.Round(100*time.Millisecond), res.ColdQueue)
+		steadyState(t, g, &res, op, w, steady, leases)
 	}
-	t.Logf("steady state: %+v", res.Steady)
-	g.Expect(res.Steady.Regrants).To(BeZero(), "no grant changes in steady state")
-	g.Expect(res.Steady.FencesChanged).To(BeZero(), "every lease keeps its fence")
-	g.Expect(res.Steady.Writes).To(BeNumerically(">", 0), "the operator renews")
 
 	// Restarts: slim pods, then whole pods.
-	res.Restarts = restarts(t, ctx, c, ns, bin, kubeconfig, op, w, leases, window, poll, true)
+	res.Restarts = restarts(t, ctx, c, ns, bin, kubeconfig, op, w, leases, window, poll, res.ColdStart > 0)
 
 	// client-go elections with the same number of candidates.
 	if cgGroups > 0 {
@@ -187,6 +170,23 @@ func TestScale(t *testing.T) {
 		t.Logf("client-go: %+v", res.ClientGo)
 	}
 	writeResult(t, res)
+}
+
+// steadyState measures d of steady state, in which no grant may change.
+func steadyState(t *testing.T, g Gomega, res *result, op *operator, w *leaseWatch, steady time.Duration, leases int) {
+	fences := w.fences()
+	w.reset()
+	res.Steady = measure(t, op, steady, leases, w)
+	now := w.fences()
+	for name, f := range fences {
+		if now[name] != f {
+			res.Steady.FencesChanged++
+		}
+	}
+	t.Logf("steady state: %+v", res.Steady)
+	g.Expect(res.Steady.Regrants).To(BeZero(), "no grant changes in steady state")
+	g.Expect(res.Steady.FencesChanged).To(BeZero(), "every lease keeps its fence")
+	g.Expect(res.Steady.Writes).To(BeNumerically(">", 0), "the operator renews")
 }
 
 // restarts kills the operator and starts it again, first caching slim pods,
