@@ -281,9 +281,11 @@ func publicationPatch(action holder.PodAction, lease string, grant int64, resour
 
 // setHolderCondition keeps the fencedlease.io/holder pod condition True on the
 // holder and False elsewhere, for pods that carry the readiness gate, so that
-// only the holder is Ready.
+// only the holder is Ready. A pod being deleted is never made the holder
+// here, but a former holder that is terminating is set False: it would stay
+// Ready for its whole grace period while another pod holds.
 func (r *Reconciler) setHolderCondition(ctx context.Context, pod *corev1.Pod, isHolder bool) error {
-	if !hasReadinessGate(pod) || pod.DeletionTimestamp != nil {
+	if !hasReadinessGate(pod) || (pod.DeletionTimestamp != nil && isHolder) {
 		return nil
 	}
 	status, reason, msg := corev1.ConditionFalse, "Standby", "this pod does not hold the lease"

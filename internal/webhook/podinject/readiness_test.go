@@ -53,9 +53,18 @@ func TestReadinessGateFollowsTheHolder(t *testing.T) {
 
 	// Handoff: the holder's containers fail their readiness probe.
 	f.g.Expect(testenv.SetContainersNotReady(f.ctx, f.c, a)).To(Succeed())
-	f.waitHolderCondition(fl, "b", "a", fence)
+	fence = f.waitHolderCondition(fl, "b", "a", fence)
 	f.g.Expect(f.conditions("b")).To(HaveKeyWithValue(corev1.PodReady, corev1.ConditionTrue))
 	f.g.Expect(f.conditions("a")).To(HaveKeyWithValue(corev1.PodReady, corev1.ConditionFalse))
+
+	// The holder's pod is deleted (a rolling update): it stays, terminating,
+	// for its grace period, and loses the lease at once. Its holder
+	// condition turns False, so that it is not Ready while another pod holds.
+	f.g.Expect(testenv.SetReady(f.ctx, f.c, f.pod("a"), time.Now().Add(-time.Hour).Truncate(time.Second))).To(Succeed())
+	f.g.Expect(f.c.Delete(f.ctx, f.pod("b"))).To(Succeed())
+	f.g.Expect(f.pod("b").DeletionTimestamp).NotTo(BeNil(), "the pod is terminating, not gone")
+	f.waitHolderCondition(fl, "a", "b", fence)
+	f.g.Expect(f.conditions("b")).To(HaveKeyWithValue(corev1.PodReady, corev1.ConditionFalse))
 }
 
 // waitHolderCondition waits until holder is published with a fence greater
