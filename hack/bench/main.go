@@ -39,7 +39,7 @@ type scaleRun struct {
 var quick = plan{handoffs: 20, groups: 10, admission: "300x", admissionCount: 1,
 	scale: []scaleRun{{100, time.Minute, 5 * time.Minute}, {1000, 2 * time.Minute, 10 * time.Minute}}, window: 20 * time.Second}
 
-var full = plan{handoffs: 100, groups: 20, admission: "1000x", admissionCount: 3,
+var full = plan{handoffs: 100, groups: 10, admission: "1000x", admissionCount: 3,
 	scale:  []scaleRun{{100, 2 * time.Minute, 5 * time.Minute}, {1000, 3 * time.Minute, 10 * time.Minute}, {10000, 10 * time.Minute, 10 * time.Minute}},
 	window: time.Minute}
 
