@@ -158,9 +158,9 @@ func TestMetricsAfterLockServiceAndWebhook(t *testing.T) {
 		g.Expect(value("fencedlease_handoffs_total", with("cause", "manual"))).To(Equal(1.0))
 		g.Expect(value("fencedlease_handoffs_total", with("cause", "not_ready"))).To(Equal(1.0))
 		g.Expect(value("fencedlease_handoffs_total", lease)).To(Equal(2.0), "no other handoff")
-		g.Expect(value("fencedlease_hold_duration_seconds", safe) - holdsBefore).To(Equal(2.0), "two grants ended")
-		g.Expect(value("fencedlease_acquisition_wait_seconds", safe) - waitsBefore).To(Equal(3.0), "three grants waited")
-		g.Expect(histogramSum(fams, "fencedlease_acquisition_wait_seconds", safe) - waitSumBefore).To(BeNumerically(">=", 2*2.0),
+		g.Expect(value("fencedlease_hold_duration_seconds", safe)-holdsBefore).To(Equal(2.0), "two grants ended")
+		g.Expect(value("fencedlease_acquisition_wait_seconds", safe)-waitsBefore).To(Equal(3.0), "three grants waited")
+		g.Expect(histogramSum(fams, "fencedlease_acquisition_wait_seconds", safe)-waitSumBefore).To(BeNumerically(">=", 2*2.0),
 			"both takeovers under Safe waited for the old grant to expire (3s each, from a renewal at most 1s old)")
 		g.Expect(value("fencedlease_expired_while_running_total", lease)).To(BeZero())
 		g.Expect(value("fencedlease_fence_regressions_total", lease)).To(BeZero())
