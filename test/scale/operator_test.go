@@ -69,6 +69,8 @@ func startOperator(t *testing.T, ctx context.Context, bin, kubeconfig string, ex
 	op := &operator{out: &strings.Builder{}, done: make(chan struct{}), metrics: "http://" + addr + "/metrics"}
 	args := append([]string{"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--enable-webhooks=false",
 		"--metrics-bind-address=" + addr, "--metrics-secure=false", "--health-probe-bind-address=0", "--namespace=default", "--zap-log-level=info"}, extra...)
+	// SCALE_OPERATOR_FLAGS adds flags, e.g. --concurrent-reconciles=32.
+	args = append(args, strings.Fields(os.Getenv("SCALE_OPERATOR_FLAGS"))...)
 	op.cmd = exec.CommandContext(ctx, bin, args...)
 	op.cmd.Stdout, op.cmd.Stderr = op, op
 	op.started = time.Now()
