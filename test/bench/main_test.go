@@ -3,7 +3,6 @@
 package bench_test
 
 import (
-	"encoding/json"
 	"os"
 	"strconv"
 	"testing"
@@ -71,18 +70,6 @@ type Result struct {
 	Series    []Series `json:"series"`
 }
 
-func writeResult(t *testing.T, r Result) {
-	path := os.Getenv("BENCH_OUT")
-	if path == "" {
-		return
-	}
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
+func writeResult(t *testing.T, r Result) { testenv.WriteResult(t, "BENCH_OUT", r) }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

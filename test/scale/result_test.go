@@ -3,9 +3,9 @@
 package scale_test
 
 import (
-	"encoding/json"
-	"os"
 	"testing"
+
+	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
 // result is what TestScale writes to $SCALE_OUT.
@@ -62,16 +62,4 @@ type clientGo struct {
 	PerGroup        float64 `json:"lease_writes_per_s_per_group"`
 }
 
-func writeResult(t *testing.T, r result) {
-	path := os.Getenv("SCALE_OUT")
-	if path == "" {
-		return
-	}
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
+func writeResult(t *testing.T, r result) { testenv.WriteResult(t, "SCALE_OUT", r) }
