@@ -22,6 +22,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/holder"
+	"github.com/fencedlease/fencedlease/internal/pace"
 )
 
 // DefaultPendingGrace is how long a grant written but not committed is left to
@@ -55,6 +56,8 @@ type Reconciler struct {
 
 	once         sync.Once
 	observations *observations
+	pace         *pace.Pace
+	retries      retries
 	tracks       leaseTracks
 }
 
@@ -102,6 +105,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			// Gone: clear what a replica that had not seen the deletion may
 			// have written after the finalizer cleared it.
 			r.forgetMetrics(req.NamespacedName)
+			r.retries.settled(req.NamespacedName)
 			return ctrl.Result{}, r.clearPods(ctx, req.Namespace, req.Name)
 		}
 		return ctrl.Result{}, err
@@ -117,16 +121,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 
 	s := &scope{key: req.NamespacedName, fl: fl, recorded: *fl.Status.DeepCopy()}
 	base := fl.DeepCopy()
+	started := r.Clock.Now()
 	defer func() {
 		requeue, err := r.patchStatus(ctx, base, s, retErr == nil)
 		if err != nil {
 			retErr = kerrors.NewAggregate([]error{retErr, err})
 		}
-		if requeue {
-			result = soonest(result, ctrl.Result{RequeueAfter: conflictRetry})
+		if s.stale || requeue {
+			result = soonest(result, ctrl.Result{RequeueAfter: r.retries.next(s.key)})
+		} else {
+			r.retries.settled(s.key)
 		}
 		r.recordMetrics(s)
-		result.Priority = priorityOf(s, result)
+		result.Priority = priorityOf(s)
+		now := r.Clock.Now()
+		r.pace.Worked(now, now.Sub(started), keepsGrant(s))
 	}()
 
 	for _, step := range []func(context.Context, *scope) (ctrl.Result, error){
@@ -157,7 +166,7 @@ func (r *Reconciler) reconcileInputs(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, nil
 	case errors.Is(err, errLeaseLagging):
 		s.stale = true
-		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		return ctrl.Result{}, nil
 	case err != nil:
 		s.inputErr = err
 		return ctrl.Result{}, err
@@ -169,7 +178,7 @@ func (r *Reconciler) reconcileInputs(ctx context.Context, s *scope) (ctrl.Result
 		ctrl.LoggerFrom(ctx).V(4).Info("Lease cache lags behind the status; looking again",
 			"read", l.ResourceVersion, "recorded", s.recorded.LeaseResourceVersion)
 		s.stale = true
-		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		return ctrl.Result{}, nil
 	}
 	p, err := r.gatherPods(ctx, s.fl)
 	var invalid invalidSelectorError
@@ -228,6 +237,7 @@ func (r *Reconciler) defaults() {
 		r.Workers = DefaultWorkers
 	}
 	r.observations = newObservations(r.Clock)
+	r.pace = pace.New(r.Workers)
 }
 
 // soonest combines two results, keeping the earliest requeue.

@@ -15,10 +15,6 @@ import (
 	"github.com/fencedlease/fencedlease/internal/holder"
 )
 
-// conflictRetry is how soon to look again after another writer changed the
-// Lease under us, or a cache was seen lagging behind.
-const conflictRetry = 200 * time.Millisecond
-
 // regressionRetry is how soon to try again after a fence regression.
 const regressionRetry = 10 * time.Second
 
@@ -63,13 +59,17 @@ func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result,
 		s.outcome.renewed = holder.RenewalHolder
 	}
 	request, pending := handoffRequest(s)
+	policy := policyOf(s.fl, r.PendingGrace)
+	paced := policy
+	paced.RenewInterval = r.pace.Interval(policy.RenewInterval, policy.LeaseDuration)
 	s.plan = holder.Decide(holder.Input{
-		Policy:           policyOf(s.fl, r.PendingGrace),
+		Policy:           paced,
 		Lease:            view,
 		Clock:            clk,
 		Candidates:       s.pods.candidates,
 		HandoffRequested: pending,
 	})
+	r.admit(s, view, policy)
 	s.outcome.waiting = waitingForLease(s)
 	if s.plan.Cause == holder.CauseStoppedRenewing {
 		s.outcome.renewFailed = holder.RenewalHolder
@@ -83,6 +83,9 @@ func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result,
 	switch s.plan.Action {
 	case holder.Renew:
 		err = r.renew(ctx, s)
+		if err == nil {
+			r.pace.Late(clk.Now.Sub(clk.RenewedAt)-paced.RenewInterval, policy.LeaseDuration-policy.RenewInterval)
+		}
 	case holder.Revoke:
 		err = r.revoke(ctx, s, view)
 	case holder.Grant:
@@ -94,7 +97,7 @@ func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result,
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		log.V(4).Info("Lease changed under us; looking again", "err", err.Error())
 		s.stale = true
-		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		return ctrl.Result{}, nil
 	}
 	if err == nil && !s.stale && pending {
 		r.handledHandoff(ctx, s, request)

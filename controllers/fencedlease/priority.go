@@ -2,26 +2,50 @@ package fencedlease
 
 import (
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/fencedlease/fencedlease/internal/holder"
 )
 
-// PriorityRenewal is the queue priority of a reconcile that keeps a held
-// grant alive: the renewal of a grant the operator renews, or the check that
-// a holder renewing its own grant still does. However many FencedLeases one
-// operator serves, these go before new grants, publications, revocations and
-// retries (priority 0), and before the FencedLeases of a cold start
-// (controller-runtime's low priority for the initial list): a grant that
-// expires because the operator was busy changes the fence under a healthy
-// holder.
+// PriorityRenewal is the queue priority of every reconcile of a FencedLease
+// whose Lease carries a grant: held (the operator renews it, or checks that
+// the holder does) or written and not yet committed. However many
+// FencedLeases one operator serves, these go before the FencedLeases that
+// hold nothing yet (priority 0, and controller-runtime's low priority for
+// the initial list): a grant that expires because the operator was busy
+// changes the fence under a healthy holder.
+//
+// The priority goes with the FencedLease, not with the step: the reconcile
+// right after a grant, which publishes it and schedules its first renewal,
+// counts as much as the renewals after it. At priority 0 it would wait
+// behind every new FencedLease of a cold start while the grant's lease runs
+// out.
 const PriorityRenewal = 10
 
 // priorityOf is the priority of the next reconcile of a FencedLease.
-func priorityOf(s *scope, res ctrl.Result) *int {
-	renewing := s.plan.Action == holder.Renew || s.plan.Action == holder.Wait && s.lease != nil && leaseView(s.lease).State == holder.StateHeld
-	if res.RequeueAfter > 0 && renewing {
+func priorityOf(s *scope) *int {
+	if carriesGrant(s) {
 		return ptr.To(PriorityRenewal)
 	}
 	return ptr.To(0)
+}
+
+// carriesGrant tells whether the Lease, as this reconcile left it, carries
+// a grant to keep alive. A reconcile that read a lagging cache knows the
+// Lease only through the status it recorded.
+func carriesGrant(s *scope) bool {
+	if s.lease == nil {
+		return s.recorded.Holder != nil
+	}
+	switch leaseView(s.lease).State {
+	case holder.StateHeld, holder.StatePending:
+		return true
+	}
+	return false
+}
+
+// keepsGrant tells whether the reconcile kept a held grant alive: renewed
+// it, or found that it is not due yet. Their share of the workers' time
+// paces the renewals (internal/pace).
+func keepsGrant(s *scope) bool {
+	return s.plan.Action == holder.Renew || s.plan.Action == holder.Wait && s.lease != nil && leaseView(s.lease).State == holder.StateHeld
 }

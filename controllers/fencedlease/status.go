@@ -160,6 +160,8 @@ func waitingMessage(s *scope) string {
 		return "the FencedLease is paused: nothing new is granted"
 	case fencingv1alpha1.ReasonGranting:
 		return "a grant is being written and committed"
+	case fencingv1alpha1.ReasonWaitingForCapacity:
+		return "the operator renews as many grants as it can on time; a first grant waits until its renewals catch up (more operator workers, or longer leases, raise the capacity)"
 	}
 	return s.degraded.message
 }

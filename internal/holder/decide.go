@@ -125,6 +125,9 @@ const (
 	WaitingForExpiry    = "WaitingForExpiry"
 	WaitingGranting     = "Granting"
 	WaitingPaused       = "Paused"
+	// WaitingForCapacity is set by the controller, not by Decide: a first
+	// grant waits while the operator renews as many grants as it can.
+	WaitingForCapacity = "WaitingForCapacity"
 )
 
 // Decide returns the next step for one FencedLease. It never grants while a

@@ -1,0 +1,19 @@
+// Package pace decides how often one operator renews the grants it holds,
+// so that renewals leave room for everything else and never run late.
+//
+// Renewals go first (a grant that expires because the operator was busy
+// changes the fence under a healthy holder). Left at that, an operator with
+// more grants than it can renew every renew interval fails in one of two
+// ways: FencedLeases that never get a first grant, because renewals take
+// every worker, or renewals that run later and later until grants expire.
+// Pace measures the share of the workers' time that renewals take and
+// stretches the renew interval of every grant towards its lease duration
+// while that share is above its target (half), and relaxes it back to the
+// spec's interval as the share falls. When even the longest interval leaves
+// renewals most of the workers, or renewals run late, it reports the
+// operator saturated: new FencedLeases then wait for their first grant
+// instead of adding renewals that could not be made on time.
+//
+// It holds no client and reads no clock: the controller reports what its
+// reconciles took, on its own clock, and asks for intervals.
+package pace

@@ -1,0 +1,143 @@
+package pace
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+const (
+	// Target is the share of the workers' time that renewals may take
+	// before their intervals are stretched: the rest is left for first
+	// grants, takeovers and publications.
+	Target = 0.5
+	// Full is the share of the workers' time above which an operator whose
+	// renewals are stretched as far as they go is saturated.
+	Full = 0.8
+	// window is the time constant over which the share is measured.
+	window = 10 * time.Second
+	// gain is how fast the stretch follows the share: per second, gain
+	// times the share's distance from Target. At a share of 1 the stretch
+	// goes from none to full in 10 s; at a quarter it relaxes in 20 s.
+	gain = 0.2
+	// lateWeight is the weight of one renewal in the running lateness.
+	lateWeight = 0.1
+	// lateLimit is the running lateness, as a fraction of the slack, above
+	// which renewals count as late whatever their share.
+	lateLimit = 0.1
+)
+
+// Pace is one operator's renewal pace. It is safe for concurrent use.
+type Pace struct {
+	workers float64
+
+	mu sync.Mutex
+	// busy is the renewals' worker time, decayed over window.
+	busy float64
+	at   time.Time
+	// stretch is 0 (renew every renew interval, as the spec asks) to 1
+	// (renew as late as the slack allows).
+	stretch float64
+	// late is the running lateness of renewals, as a fraction of the slack.
+	late float64
+}
+
+// New returns the pace of an operator with the given number of workers.
+func New(workers int) *Pace {
+	return &Pace{workers: float64(max(workers, 1))}
+}
+
+// Worked records a reconcile that took d and ended at now; renewal tells
+// whether it kept a held grant alive (a renewal, or the look that finds
+// one not due yet). Every reconcile moves the stretch towards where the
+// share asks for it.
+func (p *Pace) Worked(now time.Time, d time.Duration, renewal bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.at.IsZero() {
+		dt := now.Sub(p.at)
+		if dt <= 0 {
+			dt = 0
+		}
+		p.busy *= math.Exp(-dt.Seconds() / window.Seconds())
+		p.stretch = min(max(p.stretch+gain*(p.share()-Target)*dt.Seconds(), 0), 1)
+	}
+	if now.After(p.at) {
+		p.at = now
+	}
+	if renewal && d > 0 {
+		p.busy += d.Seconds()
+	}
+}
+
+// share is the renewals' share of the workers' time; p.mu must be held.
+func (p *Pace) share() float64 {
+	return p.busy / (window.Seconds() * p.workers)
+}
+
+// Late records a renewal made late after it fell due, for a grant with the
+// given slack (its lease duration less its spec's renew interval: how late
+// a renewal could run before the grant expired).
+func (p *Pace) Late(late, slack time.Duration) {
+	if slack <= 0 {
+		return
+	}
+	f := max(float64(late)/float64(slack), 0)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.late += lateWeight * (f - p.late)
+}
+
+// Interval is the renew interval to use for a grant whose spec asks for
+// renew and lasts lease.
+func (p *Pace) Interval(renew, lease time.Duration) time.Duration {
+	p.mu.Lock()
+	s := p.stretch
+	p.mu.Unlock()
+	return Stretched(renew, lease, s)
+}
+
+// Stretched is renew stretched by s (0 to 1) towards lease - renew, which
+// leaves at least one renew interval between a renewal falling due and the
+// grant's expiry. A renew interval of half the lease or more is never
+// stretched.
+func Stretched(renew, lease time.Duration, s float64) time.Duration {
+	longest := lease - renew
+	if longest <= renew || s <= 0 {
+		return renew
+	}
+	return renew + time.Duration(min(s, 1)*float64(longest-renew))
+}
+
+// Status is what the pace is, for metrics and logs.
+type Status struct {
+	// Share is the renewals' share of the workers' time.
+	Share float64
+	// Stretch is how far renew intervals are stretched, from 0 to 1.
+	Stretch float64
+	// Late is the running lateness of renewals, as a fraction of the slack.
+	Late float64
+	// Saturated: see Saturated.
+	Saturated bool
+}
+
+// Status returns the pace now.
+func (p *Pace) Status() Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return Status{Share: p.share(), Stretch: p.stretch, Late: p.late, Saturated: p.saturated()}
+}
+
+// Saturated tells whether the operator holds as many grants as it can
+// renew: renewals are stretched as far as they go, and still take more than
+// Full of the workers' time, or run late. A new grant would make renewals
+// later still.
+func (p *Pace) Saturated() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.saturated()
+}
+
+func (p *Pace) saturated() bool {
+	return p.stretch >= 1 && (p.share() > Full || p.late > lateLimit)
+}
