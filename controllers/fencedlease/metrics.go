@@ -88,6 +88,20 @@ var (
 		Help: "spec.leaseDurationSeconds, for alerts that compare times with it.",
 	}, leaseLabels)
 
+	// The operator's renewal pace (internal/pace), one series each.
+	renewalShareGauge = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fencedlease_renewal_worker_share",
+		Help: "Share of the reconcile workers' time that keeping held grants alive took, over about the last 10 s (0 to 1). Above 0.5 renew intervals are stretched.",
+	})
+	renewalStretchGauge = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fencedlease_renewal_stretch",
+		Help: "How far renew intervals are stretched: 0 renews every spec renew interval, 1 as late as leaseDuration minus renewInterval after the last renewal.",
+	})
+	saturatedGauge = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fencedlease_operator_saturated",
+		Help: "1 while the operator renews as many grants as it can on time: new FencedLeases wait for their first grant (Held=False, WaitingForCapacity).",
+	})
+
 	perLease = []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		grantsTotal, handoffsTotal, expiredWhileRunningTotal, renewalsTotal, renewalFailuresTotal, fenceRegressionsTotal,
 		fenceGauge, candidatesGauge, holderGauge, holderSinceGauge, lastRenewalGauge, leaseDurationGauge, pausedGauge,
@@ -101,7 +115,7 @@ func registerMetrics() {
 	registerOnce.Do(func() {
 		metrics.Registry.MustRegister(grantsTotal, handoffsTotal, expiredWhileRunningTotal, renewalsTotal, renewalFailuresTotal,
 			fenceRegressionsTotal, acquisitionWait, holdDuration, fenceGauge, candidatesGauge, holderGauge, holderSinceGauge,
-			lastRenewalGauge, leaseDurationGauge, pausedGauge)
+			lastRenewalGauge, leaseDurationGauge, pausedGauge, renewalShareGauge, renewalStretchGauge, saturatedGauge)
 	})
 }
 
@@ -151,6 +165,10 @@ func (t *leaseTracks) get(key types.NamespacedName) *leaseTrack {
 // recordMetrics turns the outcome of one reconcile, and the status it
 // recorded, into series.
 func (r *Reconciler) recordMetrics(s *scope) {
+	pace := r.pace.Status()
+	renewalShareGauge.Set(pace.Share)
+	renewalStretchGauge.Set(pace.Stretch)
+	saturatedGauge.Set(map[bool]float64{true: 1, false: 0}[pace.Saturated])
 	if s.stale {
 		return
 	}

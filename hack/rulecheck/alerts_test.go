@@ -116,6 +116,22 @@ func TestAlertsFireWhenTheyShould(t *testing.T) {
 		t.Errorf("FencedLeaseRenewalLate with a renewal 30s old: %v, want a/late alone", got)
 	}
 
+	// Two operator replicas; the leader is saturated from the third scrape
+	// to the fifth, the other never (it reconciles nothing).
+	saturated := `load 1m
+  fencedlease_operator_saturated{pod="op-1"} 0 0 1 1 1 0 0
+  fencedlease_operator_saturated{pod="op-2"} 0 0 0 0 0 0 0
+`
+	if got := firing(t, exprs["FencedLeaseOperatorSaturated"], saturated, time.Minute); len(got) != 0 {
+		t.Errorf("FencedLeaseOperatorSaturated before saturation: %v, want nothing", got)
+	}
+	if got := firing(t, exprs["FencedLeaseOperatorSaturated"], saturated, 3*time.Minute); len(got) != 1 {
+		t.Errorf("FencedLeaseOperatorSaturated while the leader is saturated: %v, want one alert", got)
+	}
+	if got := firing(t, exprs["FencedLeaseOperatorSaturated"], saturated, 6*time.Minute); len(got) != 0 {
+		t.Errorf("FencedLeaseOperatorSaturated after saturation: %v, want nothing", got)
+	}
+
 	counters := `load 1m
   fencedlease_renewal_failures_total{namespace="a", name="db", mode="Operator"} 0 0 1 2 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3
   fencedlease_fence_regressions_total{namespace="a", name="db"} 0 0 0 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1

@@ -175,7 +175,7 @@ func TestPrometheusRule(t *testing.T) {
 	}
 	sort.Strings(alerts)
 	want := []string{"FencedLeaseCertificateExpiresSoon", "FencedLeaseExpiredWhileRunning", "FencedLeaseFenceRegression", "FencedLeaseNoHolder",
-		"FencedLeaseRenewalFailures", "FencedLeaseRenewalLate", "FencedLeaseStaleWrites", "FencedLeaseWebhookErrors", "FencedLeaseWebhookSlow"}
+		"FencedLeaseOperatorSaturated", "FencedLeaseRenewalFailures", "FencedLeaseRenewalLate", "FencedLeaseStaleWrites", "FencedLeaseWebhookErrors", "FencedLeaseWebhookSlow"}
 	if strings.Join(alerts, ",") != strings.Join(want, ",") {
 		t.Errorf("alerts %v, want %v", alerts, want)
 	}
