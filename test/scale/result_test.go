@@ -16,9 +16,16 @@ type result struct {
 	ColdStart    float64      `json:"cold_start_s"`
 	ColdProgress []progress   `json:"cold_progress"`
 	ColdQueue    queueLatency `json:"cold_queue"`
-	Steady       window       `json:"steady"`
-	Restarts     []restart    `json:"restarts"`
-	ClientGo     clientGo     `json:"client_go"`
+	// ColdHeld is how many were held and published when the cold start
+	// ended (all, or how far it got); ColdRegrants the grants that changed
+	// during it; WaitingForCapacity the FencedLeases waiting then for
+	// their first grant because the operator was saturated.
+	ColdHeld           int       `json:"cold_held"`
+	ColdRegrants       int       `json:"cold_regrants"`
+	WaitingForCapacity int       `json:"waiting_for_capacity"`
+	Steady             window    `json:"steady"`
+	Restarts           []restart `json:"restarts"`
+	ClientGo           clientGo  `json:"client_go"`
 }
 
 // progress is how many FencedLeases were held and published so long after
