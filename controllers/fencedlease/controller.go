@@ -113,6 +113,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	if !fl.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, fl)
 	}
+	if neverGranted(fl) && r.pace.Saturated() {
+		return r.waitForCapacity(ctx, fl)
+	}
 	if !controllerutil.ContainsFinalizer(fl, fencingv1alpha1.Finalizer) {
 		base := fl.DeepCopy()
 		controllerutil.AddFinalizer(fl, fencingv1alpha1.Finalizer)
