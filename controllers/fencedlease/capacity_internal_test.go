@@ -1,0 +1,94 @@
+package fencedlease
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/pace"
+)
+
+// saturatedPace is a pace whose renewals took all of one worker's time
+// for a minute, as an operator past its capacity.
+func saturatedPace() *pace.Pace {
+	p := pace.New(1)
+	now := time.Unix(1000, 0)
+	for i := range 600 {
+		p.Worked(now.Add(time.Duration(i)*100*time.Millisecond), 100*time.Millisecond, true)
+	}
+	return p
+}
+
+// TestSaturatedOperatorWritesOnlyTheStatusOfANewFencedLease: a FencedLease
+// that never held, met by a saturated operator, gets Held=False
+// WaitingForCapacity and nothing else: no finalizer, no Lease. Once the
+// operator has room again it is reconciled as any other.
+func TestSaturatedOperatorWritesOnlyTheStatusOfANewFencedLease(t *testing.T) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, fencingv1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fl := &fencingv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "db", Generation: 1},
+		Spec: fencingv1alpha1.FencedLeaseSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
+	}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(fl).WithStatusSubresource(fl).Build()
+	r := &Reconciler{Client: c, APIReader: c, Clock: clock.RealClock{}}
+	r.once.Do(r.defaults)
+	r.pace = saturatedPace()
+	if !r.pace.Saturated() {
+		t.Fatalf("the pace is not saturated: %+v", r.pace.Status())
+	}
+	ctx, key := context.Background(), types.NamespacedName{Namespace: "n", Name: "db"}
+	res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter != 15*time.Second {
+		t.Errorf("RequeueAfter = %s, want the lease duration", res.RequeueAfter)
+	}
+	got := &fencingv1alpha1.FencedLease{}
+	if err := c.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	held := meta.FindStatusCondition(got.Status.Conditions, fencingv1alpha1.ConditionHeld)
+	if held == nil || held.Status != metav1.ConditionFalse || held.Reason != fencingv1alpha1.ReasonWaitingForCapacity {
+		t.Errorf("Held = %+v, want False WaitingForCapacity", held)
+	}
+	if len(got.Finalizers) != 0 {
+		t.Errorf("finalizers %v, want none while waiting", got.Finalizers)
+	}
+	if err := c.Get(ctx, key, &coordinationv1.Lease{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the Lease: %v, want none while waiting", err)
+	}
+	before := got.ResourceVersion
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, key, got); err != nil || got.ResourceVersion != before {
+		t.Errorf("a second look wrote again: resourceVersion %s -> %s (%v)", before, got.ResourceVersion, err)
+	}
+
+	// Room again: the finalizer first, as for any FencedLease.
+	r.pace = pace.New(1)
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, key, got); err != nil || len(got.Finalizers) != 1 {
+		t.Errorf("with room again: finalizers %v (%v), want the operator's", got.Finalizers, err)
+	}
+}
