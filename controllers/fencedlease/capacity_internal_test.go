@@ -44,7 +44,7 @@ func TestSaturatedOperatorWritesOnlyTheStatusOfANewFencedLease(t *testing.T) {
 	}
 	fl := &fencingv1alpha1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "db", Generation: 1},
-		Spec: fencingv1alpha1.FencedLeaseSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
+		Spec:       fencingv1alpha1.FencedLeaseSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
 	}
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(fl).WithStatusSubresource(fl).Build()
 	r := &Reconciler{Client: c, APIReader: c, Clock: clock.RealClock{}}
