@@ -98,7 +98,9 @@ func TestMetricsAfterLockServiceAndWebhook(t *testing.T) {
 	// The histograms are labelled by takeover mode only: what this test adds
 	// to them is the change from here on.
 	safe := map[string]string{"takeover": "Safe"}
-	before := scrape(g)
+	// The metrics server may still be starting: the first scrape waits for it.
+	var before map[string]*dto.MetricFamily
+	g.Eventually(func(g Gomega) { before = scrape(g) }).WithTimeout(timeout).WithPolling(100 * time.Millisecond).Should(Succeed())
 	holdsBefore, _ := testenv.Sample(before, "fencedlease_hold_duration_seconds", safe)
 	waitsBefore, _ := testenv.Sample(before, "fencedlease_acquisition_wait_seconds", safe)
 	waitSumBefore := histogramSum(before, "fencedlease_acquisition_wait_seconds", safe)

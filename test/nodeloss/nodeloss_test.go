@@ -54,9 +54,9 @@ func TestLostNodeFailsOver(t *testing.T) {
 	t.Cleanup(func() { m.Crash(); m.Wait() })
 
 	labels := map[string]string{"app": "singleton"}
-	g.Expect(env.Client.Create(ctx, testenv.FencedLease(ns, "db", labels, func(fl *fencingv1alpha1.FencedLease) {
-		fl.Spec.LeaseDurationSeconds = int32(lease / time.Second)
-	}))).To(Succeed())
+	// The pods first, both ready, then the FencedLease: a, ready longest,
+	// is the first holder (created after the FencedLease, whichever pod
+	// became ready first could be granted before the other existed).
 	for name, node := range map[string]string{"a": "node-a", "b": "node-b"} {
 		pod, err := testenv.CreatePod(ctx, env.Client, testenv.Pod{Namespace: ns, Name: name, Labels: labels, Node: node})
 		g.Expect(err).NotTo(HaveOccurred())
@@ -66,6 +66,9 @@ func TestLostNodeFailsOver(t *testing.T) {
 		}
 		g.Expect(testenv.SetReady(ctx, env.Client, pod, time.Now().Add(-readyFor).Truncate(time.Second))).To(Succeed())
 	}
+	g.Expect(env.Client.Create(ctx, testenv.FencedLease(ns, "db", labels, func(fl *fencingv1alpha1.FencedLease) {
+		fl.Spec.LeaseDurationSeconds = int32(lease / time.Second)
+	}))).To(Succeed())
 	holder := func() (string, int64) {
 		fl := &fencingv1alpha1.FencedLease{}
 		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "db"}, fl); err != nil || fl.Status.Holder == nil {
