@@ -6,8 +6,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -46,12 +44,9 @@ func neverGranted(fl *fencingv1alpha1.FencedLease) bool {
 func (r *Reconciler) waitForCapacity(ctx context.Context, fl *fencingv1alpha1.FencedLease) (ctrl.Result, error) {
 	base := fl.DeepCopy()
 	p := policyOf(fl, r.PendingGrace)
-	message := &scope{plan: holder.Plan{Waiting: holder.WaitingForCapacity}}
-	held := metav1.Condition{Type: fencingv1alpha1.ConditionHeld, Status: metav1.ConditionFalse, ObservedGeneration: fl.Generation,
-		Reason: fencingv1alpha1.ReasonWaitingForCapacity, Message: waitingMessage(message)}
-	meta.SetStatusCondition(&fl.Status.Conditions, held)
-	meta.SetStatusCondition(&fl.Status.Conditions, metav1.Condition{Type: fencingv1alpha1.ConditionReady, Status: metav1.ConditionFalse,
-		ObservedGeneration: fl.Generation, Reason: fencingv1alpha1.ReasonNotReady, Message: "no pod holds the lease: " + held.Message})
+	s := &scope{fl: fl, plan: holder.Plan{Waiting: holder.WaitingForCapacity}}
+	setHeld(s)
+	setReady(s)
 	result := ctrl.Result{RequeueAfter: p.LeaseDuration}
 	if equality.Semantic.DeepEqual(base.Status, fl.Status) {
 		return result, nil
