@@ -118,8 +118,14 @@ func (o *operator) running() bool {
 }
 
 // cpu is the user and system time the process used so far.
-func (o *operator) cpu() time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", o.cmd.Process.Pid))
+func (o *operator) cpu() time.Duration { return cpuOf(o.cmd.Process.Pid) }
+
+// rss is the resident set size of the process, in bytes.
+func (o *operator) rss() int64 { return rssOf(o.cmd.Process.Pid) }
+
+// cpuOf is the user and system time process pid used so far.
+func cpuOf(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
 	}
@@ -129,9 +135,9 @@ func (o *operator) cpu() time.Duration {
 	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
 }
 
-// rss is the resident set size of the process, in bytes.
-func (o *operator) rss() int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", o.cmd.Process.Pid))
+// rssOf is the resident set size of process pid, in bytes.
+func rssOf(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}

@@ -47,6 +47,8 @@ type window struct {
 	MaxRSSMiB       float64      `json:"max_rss_mib"`
 	HeapInuseMiB    float64      `json:"heap_inuse_mib"`
 	Queue           queueLatency `json:"queue"`
+	// ControlPlane is what the kube-apiserver and etcd used meanwhile.
+	ControlPlane controlPlaneUsage `json:"control_plane"`
 }
 
 // restart is an operator restart: until the new process renewed every

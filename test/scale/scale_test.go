@@ -19,8 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
@@ -28,7 +30,11 @@ import (
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
-var env *testenv.Env
+var (
+	env *testenv.Env
+	// plane is the control plane env started, measured with the operator.
+	plane controlPlane
+)
 
 func TestMain(m *testing.M) {
 	klog.SetLogger(logr.Discard()) // client-go's leader election logs every attempt
@@ -70,15 +76,23 @@ func TestScale(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	res := result{Leases: leases, PodsPerLease: podsPer}
-	// Each poll lists every FencedLease and the metadata of every pod: at
-	// 10,000 leases that is work for the API server the operator shares.
-	poll := time.Second + time.Duration(leases)*100*time.Microsecond
+	// Held and published are counted from a cache of the FencedLeases and
+	// of the pods' metadata, which a poll reads in memory: a LIST of 10,000
+	// FencedLeases and 20,000 pods every poll would be a load of its own on
+	// the API server the operator shares.
+	poll := 500 * time.Millisecond
+	plane = findControlPlane()
+	if plane.apiserver == 0 || plane.etcd == 0 {
+		t.Logf("control plane processes not found (%+v): their CPU is not measured", plane)
+	}
 
 	cfg := *env.Config
 	cfg.QPS, cfg.Burst = -1, 0
 	c, err := client.NewWithWatch(&cfg, client.Options{Scheme: setup.Scheme()})
 	g.Expect(err).NotTo(HaveOccurred())
 	ns, err := testenv.Namespace(ctx, c, "scale")
+	g.Expect(err).NotTo(HaveOccurred())
+	counts, err := countingCache(ctx, &cfg, ns)
 	g.Expect(err).NotTo(HaveOccurred())
 	for i := 0; i < 10; i++ {
 		g.Expect(testenv.EnsureNode(ctx, c, fmt.Sprintf("scale-node-%d", i))).To(Succeed())
@@ -120,7 +134,7 @@ func TestScale(t *testing.T) {
 	coldTimeout := envDuration("SCALE_COLD_TIMEOUT", 20*time.Minute)
 	lastLog := time.Now()
 	for {
-		held := publishedHolders(ctx, t, c, ns)
+		held := publishedHolders(ctx, t, counts, ns)
 		at := time.Since(created)
 		res.ColdProgress = append(res.ColdProgress, progress{Seconds: at.Seconds(), Held: held})
 		if held == leases {
@@ -144,7 +158,7 @@ func TestScale(t *testing.T) {
 	res.ColdQueue = queueLatencyBetween(m0, scrapeOr(op))
 	_, res.ColdRegrants = w.counts()
 	res.ColdHeld = res.ColdProgress[len(res.ColdProgress)-1].Held
-	res.WaitingForCapacity = waitingForCapacity(ctx, t, c, ns)
+	res.WaitingForCapacity = waitingForCapacity(ctx, t, counts, ns)
 	t.Logf("cold start: %d re-grants; %d FencedLeases wait for capacity", res.ColdRegrants, res.WaitingForCapacity)
 	if res.ColdStart > 0 {
 		t.Logf("cold start: all %d FencedLeases held and published %s after the first was created; queue latency %+v", leases, allHeld.Round(100*time.Millisecond), res.ColdQueue)
@@ -154,7 +168,7 @@ func TestScale(t *testing.T) {
 	steadyState(t, g, &res, op, w, steady, leases)
 
 	// Restarts: slim pods, then whole pods.
-	res.Restarts = restarts(t, ctx, c, ns, bin, kubeconfig, op, w, leases, window, poll, res.ColdStart > 0)
+	res.Restarts = restarts(t, ctx, counts, ns, bin, kubeconfig, op, w, leases, window, poll, res.ColdStart > 0)
 
 	// client-go elections with the same number of candidates.
 	if cgGroups > 0 {
@@ -183,6 +197,7 @@ func TestScale(t *testing.T) {
 func steadyState(t *testing.T, g Gomega, res *result, op *operator, w *leaseWatch, steady time.Duration, leases int) {
 	fences := w.fences()
 	w.reset()
+	go profileAPIServer(context.Background(), t, env.Config, fmt.Sprintf("apiserver-%d-steady", leases), min(30*time.Second, steady/2))
 	res.Steady = measure(t, op, steady, leases, w)
 	now := w.fences()
 	for name, f := range fences {
@@ -201,19 +216,19 @@ func steadyState(t *testing.T, g Gomega, res *result, op *operator, w *leaseWatc
 // the new process has renewed every Lease and all are held and published
 // (required when held is true; otherwise waited for at most a window), then
 // a window of steady state.
-func restarts(t *testing.T, ctx context.Context, c client.Client, ns, bin, kubeconfig string, op *operator, w *leaseWatch,
+func restarts(t *testing.T, ctx context.Context, c client.Reader, ns, bin, kubeconfig string, op *operator, w *leaseWatch,
 	leases int, window, poll time.Duration, held bool) []restart {
 	g := NewWithT(t)
 	var out []restart
-	for _, cache := range []string{"slim pods", "whole pods"} {
+	for _, podCache := range []string{"slim pods", "whole pods"} {
 		op.stop()
 		var extra []string
-		if cache == "whole pods" {
+		if podCache == "whole pods" {
 			extra = append(extra, "--cache-whole-pods")
 		}
 		w.reset()
 		op = startOperator(t, ctx, bin, kubeconfig, extra...)
-		r := restart{Cache: cache}
+		r := restart{Cache: podCache}
 		if held {
 			g.Eventually(func() int { return w.renewedSince(op.started) }).WithTimeout(10*time.Minute).WithPolling(100*time.Millisecond).
 				Should(Equal(leases), "the new operator renews every Lease")
@@ -227,7 +242,7 @@ func restarts(t *testing.T, ctx context.Context, c client.Client, ns, bin, kubec
 		w.reset()
 		r.Window = measure(t, op, window, leases, w)
 		t.Logf("restart caching %s: every Lease renewed after %.1f s, all held and published after %.1f s, %d re-grants; then %+v",
-			cache, r.AllRenewed, r.AllHeld, r.Regrants, r.Window)
+			podCache, r.AllRenewed, r.AllHeld, r.Regrants, r.Window)
 		out = append(out, r)
 	}
 	op.stop()
@@ -241,11 +256,12 @@ func measure(t *testing.T, op *operator, d time.Duration, leases int, w *leaseWa
 	if err != nil {
 		t.Fatal(err)
 	}
-	cpu0, at0 := op.cpu(), time.Now()
-	var maxRSS int64
+	cpu0, cp0, at0 := op.cpu(), plane.sample(), time.Now()
+	var maxRSS, cpRSS int64
 	for time.Since(at0) < d {
 		time.Sleep(min(5*time.Second, d/4))
 		maxRSS = max(maxRSS, op.rss())
+		cpRSS = max(cpRSS, rssOf(plane.apiserver))
 		if !op.running() {
 			t.Fatalf("the operator exited:\n%s", tail(op.output(), 4096))
 		}
@@ -259,7 +275,8 @@ func measure(t *testing.T, op *operator, d time.Duration, leases int, w *leaseWa
 	return window{Seconds: elapsed.Seconds(), Writes: writes, WritesPerSecond: float64(writes) / elapsed.Seconds(),
 		PerLease: float64(writes) / elapsed.Seconds() / float64(leases), Regrants: regrants,
 		CPUPercent: 100 * (op.cpu() - cpu0).Seconds() / elapsed.Seconds(), MaxRSSMiB: float64(maxRSS) / (1 << 20),
-		HeapInuseMiB: m1["go_memstats_heap_inuse_bytes"] / (1 << 20), Queue: queueLatencyBetween(m0, m1)}
+		HeapInuseMiB: m1["go_memstats_heap_inuse_bytes"] / (1 << 20), Queue: queueLatencyBetween(m0, m1),
+		ControlPlane: usageBetween(cp0, plane.sample(), elapsed, cpRSS)}
 }
 
 // parallel runs f(0..n-1) on workers goroutines.
@@ -278,11 +295,9 @@ func parallel(n, workers int, f func(int)) {
 	wg.Wait()
 }
 
-// publishedHolders counts the FencedLeases whose holder pod is published
-// with the fence the status records.
 // waitingForCapacity counts the FencedLeases whose first grant waits for the
 // operator's capacity (Held=False, WaitingForCapacity).
-func waitingForCapacity(ctx context.Context, t *testing.T, c client.Client, ns string) int {
+func waitingForCapacity(ctx context.Context, t *testing.T, c client.Reader, ns string) int {
 	var fls fencingv1alpha1.FencedLeaseList
 	if err := c.List(ctx, &fls, client.InNamespace(ns)); err != nil {
 		t.Log(err)
@@ -297,7 +312,9 @@ func waitingForCapacity(ctx context.Context, t *testing.T, c client.Client, ns s
 	return n
 }
 
-func publishedHolders(ctx context.Context, t *testing.T, c client.Client, ns string) int {
+// publishedHolders counts the FencedLeases whose holder pod is published
+// with the fence the status records.
+func publishedHolders(ctx context.Context, t *testing.T, c client.Reader, ns string) int {
 	var fls fencingv1alpha1.FencedLeaseList
 	pods := &metav1.PartialObjectMetadataList{}
 	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
@@ -322,6 +339,25 @@ func publishedHolders(ctx context.Context, t *testing.T, c client.Client, ns str
 		}
 	}
 	return n
+}
+
+// countingCache is a cache of the FencedLeases and of the pods' metadata in
+// ns, synced, for counting without a LIST per poll.
+func countingCache(ctx context.Context, cfg *rest.Config, ns string) (cache.Cache, error) {
+	cc, err := cache.New(cfg, cache.Options{Scheme: setup.Scheme(), DefaultNamespaces: map[string]cache.Config{ns: {}},
+		DefaultUnsafeDisableDeepCopy: ptr.To(true)})
+	if err != nil {
+		return nil, err
+	}
+	go func() { _ = cc.Start(ctx) }()
+	pod := &metav1.PartialObjectMetadata{}
+	pod.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	for _, obj := range []client.Object{&fencingv1alpha1.FencedLease{}, pod} {
+		if _, err := cc.GetInformer(ctx, obj); err != nil {
+			return nil, fmt.Errorf("watch %T: %w", obj, err)
+		}
+	}
+	return cc, nil
 }
 
 // leaseWatch counts the Lease writes and re-grants of a namespace.
