@@ -18,6 +18,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/holder"
+	"github.com/fencedlease/fencedlease/internal/pace"
 )
 
 // patchStatus is the one status write of a reconcile. observedGeneration is
@@ -57,7 +58,11 @@ func (r *Reconciler) patchStatus(ctx context.Context, base *fencingv1alpha1.Fenc
 func (r *Reconciler) computeStatus(ctx context.Context, s *scope) {
 	st := &s.fl.Status
 	if s.lease != nil && (st.LeaseResourceVersion == "" || newer(s.lease.ResourceVersion, st.LeaseResourceVersion)) {
-		mirrorLease(st, s)
+		next := st.DeepCopy()
+		mirrorLease(next, s)
+		if !onlyRenewed(st, next) || pace.ReportsRenewal(timeOf(st.RenewTime), timeOf(next.RenewTime), r.pace.Stretch()) {
+			*st = *next
+		}
 	}
 	if s.pods != nil {
 		st.Candidates = int32(holder.CountEligible(s.pods.candidates))
@@ -90,6 +95,25 @@ func mirrorLease(st *fencingv1alpha1.FencedLeaseStatus, s *scope) {
 			st.Holder.NodeName = c.NodeName
 		}
 	}
+}
+
+// onlyRenewed tells whether next records nothing but a renewal of the grant
+// st records: the same holder and fence, a later renew time.
+func onlyRenewed(st, next *fencingv1alpha1.FencedLeaseStatus) bool {
+	if st.RenewTime == nil || next.RenewTime == nil || !st.RenewTime.Before(next.RenewTime) {
+		return false
+	}
+	a, b := st.DeepCopy(), next.DeepCopy()
+	a.LeaseResourceVersion, a.RenewTime, a.ExpireTime = "", nil, nil
+	b.LeaseResourceVersion, b.RenewTime, b.ExpireTime = "", nil, nil
+	return equality.Semantic.DeepEqual(a, b)
+}
+
+func timeOf(t *metav1.MicroTime) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.Time
 }
 
 func candidatesOf(s *scope) []holder.Candidate {

@@ -25,6 +25,13 @@ const (
 	// lateLimit is the running lateness, as a fraction of the slack, above
 	// which renewals count as late whatever their share.
 	lateLimit = 0.1
+	// ReportInterval is how often, at most, a FencedLease's status records
+	// a renewal that changes nothing else while renewals are stretched. A
+	// custom resource's status write costs the API server about five times
+	// a Lease write, and recording every renewal halved what one operator
+	// could hold; the Lease carries the renewals, as node Leases carry a
+	// kubelet's heartbeats while it reports node status every 5 minutes.
+	ReportInterval = 5 * time.Minute
 )
 
 // Pace is one operator's renewal pace. It is safe for concurrent use.
@@ -107,6 +114,21 @@ func Stretched(renew, lease time.Duration, s float64) time.Duration {
 		return renew
 	}
 	return renew + time.Duration(min(s, 1)*float64(longest-renew))
+}
+
+// ReportsRenewal tells whether a renewal at renewed that changes nothing
+// else is recorded in a status that last recorded one at reported, with
+// renewals stretched by stretch: every renewal while they are not, at most
+// one per ReportInterval while they are.
+func ReportsRenewal(reported, renewed time.Time, stretch float64) bool {
+	return stretch <= 0 || reported.IsZero() || renewed.Sub(reported) >= ReportInterval
+}
+
+// Stretch is how far renew intervals are stretched now, from 0 to 1.
+func (p *Pace) Stretch() float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stretch
 }
 
 // Status is what the pace is, for metrics and logs.

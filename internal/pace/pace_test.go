@@ -114,3 +114,22 @@ func TestAClockGoingBackChangesNothing(t *testing.T) {
 		t.Fatalf("a reconcile reported before the last one moved the stretch: %+v -> %+v", before, after)
 	}
 }
+
+func TestRenewalsAreReportedEveryTimeUnlessStretched(t *testing.T) {
+	at := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name              string
+		reported, renewed time.Time
+		stretch           float64
+		want              bool
+	}{
+		{"unstretched: every renewal", at, at.Add(5 * time.Second), 0, true},
+		{"stretched: not within the report interval", at, at.Add(ReportInterval - time.Second), 0.1, false},
+		{"stretched: once the report interval passed", at, at.Add(ReportInterval), 1, true},
+		{"stretched: a status that never recorded one", time.Time{}, at, 1, true},
+	} {
+		if got := ReportsRenewal(tc.reported, tc.renewed, tc.stretch); got != tc.want {
+			t.Errorf("%s: ReportsRenewal = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
