@@ -76,7 +76,7 @@ func handoff(ctx context.Context, o options, out io.Writer) error {
 		fmt.Fprintf(out, "Handoff started: pod %s's grant ends and another candidate is granted at once (takeover Immediate)\n", from)
 	} else {
 		fmt.Fprintf(out, "Handoff started: pod %s's grant is revoked; the next holder is granted once it expires (takeover Safe, %s)\n",
-			from, expiresIn(fl, o.now()))
+			from, expiresIn(fl, lease, o.now()))
 	}
 	if !o.wait {
 		return nil

@@ -10,10 +10,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
@@ -51,6 +54,7 @@ func status(ctx context.Context, o options, out io.Writer) error {
 		_, err := fmt.Fprintf(out, "No FencedLeases %s.\n", where)
 		return err
 	}
+	leases := leasesOf(ctx, c, opts)
 	sort.Slice(list.Items, func(i, j int) bool {
 		a, b := list.Items[i], list.Items[j]
 		return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
@@ -63,7 +67,7 @@ func status(ctx context.Context, o options, out io.Writer) error {
 	fmt.Fprintln(tw, head)
 	for i := range list.Items {
 		fl := &list.Items[i]
-		row := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s", fl.Name, holderName(fl), fl.Status.Fence, expiresIn(fl, o.now()),
+		row := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s", fl.Name, holderName(fl), fl.Status.Fence, expiresIn(fl, leases[client.ObjectKeyFromObject(fl)], o.now()),
 			renewalOf(fl), takeoverOf(fl), fl.Status.Candidates, stateOf(fl))
 		if o.allNamespaces {
 			row = fl.Namespace + "\t" + row
@@ -80,13 +84,38 @@ func holderName(fl *fencingv1alpha1.FencedLease) string {
 	return fl.Status.Holder.PodName
 }
 
-// expiresIn is the time left of the current grant, from status.expireTime:
-// for people (the operator judges expiry on its own monotonic clock).
-func expiresIn(fl *fencingv1alpha1.FencedLease, now time.Time) string {
-	if fl.Status.ExpireTime == nil {
+// leasesOf reads the Leases of the FencedLeases listed with opts, by name.
+// A user who may not read Leases gets none: the expiry then comes from the
+// status alone.
+func leasesOf(ctx context.Context, c client.Client, opts []client.ListOption) map[types.NamespacedName]*coordinationv1.Lease {
+	var list coordinationv1.LeaseList
+	if err := c.List(ctx, &list, opts...); err != nil {
+		return nil
+	}
+	out := make(map[types.NamespacedName]*coordinationv1.Lease, len(list.Items))
+	for i := range list.Items {
+		out[client.ObjectKeyFromObject(&list.Items[i])] = &list.Items[i]
+	}
+	return out
+}
+
+// expiresIn is the time left of the current grant: for people (the operator
+// judges expiry on its own monotonic clock). The status records a renewal
+// at most every few minutes while the operator is under load; the
+// FencedLease's own Lease, when it carries a later renewal of the same
+// holder, has the current one.
+func expiresIn(fl *fencingv1alpha1.FencedLease, l *coordinationv1.Lease, now time.Time) string {
+	expires := fl.Status.ExpireTime
+	if expires == nil {
 		return "-"
 	}
-	left := fl.Status.ExpireTime.Sub(now).Round(time.Second)
+	if l != nil && metav1.IsControlledBy(l, fl) && fl.Status.Holder != nil && ptr.Deref(l.Spec.HolderIdentity, "") == fl.Status.Holder.PodName &&
+		l.Spec.RenewTime != nil && l.Spec.LeaseDurationSeconds != nil {
+		if e := l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second); e.After(expires.Time) {
+			expires = &metav1.MicroTime{Time: e}
+		}
+	}
+	left := expires.Sub(now).Round(time.Second)
 	if left < 0 {
 		return "expired " + (-left).String() + " ago"
 	}
@@ -147,7 +176,11 @@ func describe(ctx context.Context, c client.Client, o options, out io.Writer, na
 	} else {
 		fmt.Fprintf(w, "Holder:\tnone (last fence %d)\n", fl.Status.Fence)
 	}
-	fmt.Fprintf(w, "Expires:\t%s\n", expiresIn(fl, now))
+	l := &coordinationv1.Lease{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(fl), l); err != nil {
+		l = nil // not readable: the status alone
+	}
+	fmt.Fprintf(w, "Expires:\t%s\n", expiresIn(fl, l, now))
 	lease := time.Duration(fl.Spec.LeaseDurationSeconds) * time.Second
 	renew := lease / 3
 	if fl.Spec.RenewIntervalSeconds != nil {
