@@ -153,12 +153,16 @@ type FencedLeaseStatus struct {
 	// +optional
 	AcquireTime *metav1.MicroTime `json:"acquireTime,omitempty"`
 
-	// renewTime is when the current grant was last renewed.
+	// renewTime is when the current grant was last renewed, as recorded
+	// here: every renewal, except while the operator is under load, when a
+	// renewal is recorded at most every 5 minutes and the Lease's renewTime
+	// is the current one.
 	// +optional
 	RenewTime *metav1.MicroTime `json:"renewTime,omitempty"`
 
-	// expireTime is when the current grant expires unless renewed. It is for
-	// people: the operator judges expiry on its own monotonic clock.
+	// expireTime is when the current grant expires unless renewed after
+	// renewTime. It is for people: the operator judges expiry on its own
+	// monotonic clock.
 	// +optional
 	ExpireTime *metav1.MicroTime `json:"expireTime,omitempty"`
 
