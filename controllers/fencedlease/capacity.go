@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,6 +34,13 @@ func (r *Reconciler) admit(s *scope, l holder.Lease, p holder.Policy) {
 // neverGranted tells whether no grant of the FencedLease was ever recorded.
 func neverGranted(fl *fencingv1alpha1.FencedLease) bool {
 	return fl.Status.Fence == 0 && fl.Status.LeaseResourceVersion == ""
+}
+
+// waitedForCapacity tells whether the status says the FencedLease waits for
+// capacity: written by this process, or by one before it.
+func waitedForCapacity(fl *fencingv1alpha1.FencedLease) bool {
+	c := meta.FindStatusCondition(fl.Status.Conditions, fencingv1alpha1.ConditionHeld)
+	return c != nil && c.Reason == fencingv1alpha1.ReasonWaitingForCapacity
 }
 
 // waitForCapacity is the whole reconcile of a FencedLease that never held

@@ -31,6 +31,16 @@ func saturatedPace() *pace.Pace {
 	return p
 }
 
+// idlePace is a pace that has measured half a minute of an idle operator.
+func idlePace() *pace.Pace {
+	p := pace.New(1)
+	now := time.Now().Add(-30 * time.Second)
+	for i := range 300 {
+		p.Worked(now.Add(time.Duration(i)*100*time.Millisecond), time.Millisecond, false)
+	}
+	return p
+}
+
 // TestSaturatedOperatorWritesOnlyTheStatusOfANewFencedLease: a FencedLease
 // that never held, met by a saturated operator, gets Held=False
 // WaitingForCapacity and nothing else: no finalizer, no Lease. Once the
@@ -83,8 +93,19 @@ func TestSaturatedOperatorWritesOnlyTheStatusOfANewFencedLease(t *testing.T) {
 		t.Errorf("a second look wrote again: resourceVersion %s -> %s (%v)", before, got.ResourceVersion, err)
 	}
 
-	// Room again: the finalizer first, as for any FencedLease.
+	// A restarted operator, its load not measured yet: a FencedLease the
+	// previous process left waiting goes on waiting, without a write.
 	r.pace = pace.New(1)
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, key, got); err != nil || got.ResourceVersion != before || len(got.Finalizers) != 0 {
+		t.Errorf("before the load is measured: resourceVersion %s -> %s, finalizers %v (%v), want it waiting untouched",
+			before, got.ResourceVersion, got.Finalizers, err)
+	}
+
+	// Room again, measured: the finalizer first, as for any FencedLease.
+	r.pace = idlePace()
 	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
 		t.Fatal(err)
 	}

@@ -113,7 +113,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	if !fl.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, fl)
 	}
-	if neverGranted(fl) && r.pace.Saturated() {
+	if neverGranted(fl) && (r.pace.Saturated() || waitedForCapacity(fl) && !r.pace.Measured(r.Clock.Now())) {
 		return r.waitForCapacity(ctx, fl)
 	}
 	if !controllerutil.ContainsFinalizer(fl, fencingv1alpha1.Finalizer) {

@@ -47,6 +47,8 @@ type Pace struct {
 	stretch float64
 	// late is the running lateness of renewals, as a fraction of the slack.
 	late float64
+	// since is when the first reconcile was recorded.
+	since time.Time
 }
 
 // New returns the pace of an operator with the given number of workers.
@@ -68,6 +70,9 @@ func (p *Pace) Worked(now time.Time, d time.Duration, renewal bool) {
 		}
 		p.busy *= math.Exp(-dt.Seconds() / window.Seconds())
 		p.stretch = min(max(p.stretch+gain*(p.share()-Target)*dt.Seconds(), 0), 1)
+	}
+	if p.since.IsZero() {
+		p.since = now
 	}
 	if now.After(p.at) {
 		p.at = now
@@ -129,6 +134,17 @@ func (p *Pace) Stretch() float64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.stretch
+}
+
+// Measured tells whether the pace has measured the load for long enough
+// (two windows since the first reconcile) for Saturated to be believed: a
+// FencedLease that a previous process left waiting for capacity waits until
+// then, so that a restarted operator does not grant thousands of them in
+// the seconds before its measure of the renewals' share has built up.
+func (p *Pace) Measured(now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.since.IsZero() && now.Sub(p.since) >= 2*window
 }
 
 // Status is what the pace is, for metrics and logs.

@@ -133,3 +133,18 @@ func TestRenewalsAreReportedEveryTimeUnlessStretched(t *testing.T) {
 		}
 	}
 }
+
+func TestMeasuredAfterTwoWindows(t *testing.T) {
+	p := New(2)
+	now := time.Unix(1000, 0)
+	if p.Measured(now) {
+		t.Fatal("measured before any reconcile")
+	}
+	p.Worked(now, time.Millisecond, false)
+	if p.Measured(now.Add(2*window - time.Millisecond)) {
+		t.Error("measured before two windows")
+	}
+	if !p.Measured(now.Add(2 * window)) {
+		t.Error("not measured after two windows")
+	}
+}
