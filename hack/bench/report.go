@@ -49,6 +49,11 @@ type (
 		MaxRSSMiB       float64 `json:"max_rss_mib"`
 		HeapInuseMiB    float64 `json:"heap_inuse_mib"`
 		Queue           queue   `json:"queue"`
+		ControlPlane    struct {
+			APIServerCPUPercent float64 `json:"apiserver_cpu_percent"`
+			EtcdCPUPercent      float64 `json:"etcd_cpu_percent"`
+			APIServerMaxRSSMiB  float64 `json:"apiserver_max_rss_mib"`
+		} `json:"control_plane"`
 	}
 	restart struct {
 		Cache      string  `json:"cache"`
@@ -66,10 +71,12 @@ type (
 			Seconds float64 `json:"s"`
 			Held    int     `json:"held"`
 		} `json:"cold_progress"`
-		ColdQueue queue     `json:"cold_queue"`
-		Steady    window    `json:"steady"`
-		Restarts  []restart `json:"restarts"`
-		ClientGo  struct {
+		ColdQueue          queue     `json:"cold_queue"`
+		ColdRegrants       int       `json:"cold_regrants"`
+		WaitingForCapacity int       `json:"waiting_for_capacity"`
+		Steady             window    `json:"steady"`
+		Restarts           []restart `json:"restarts"`
+		ClientGo           struct {
 			Groups          int     `json:"groups"`
 			Candidates      int     `json:"candidates"`
 			Seconds         float64 `json:"seconds"`
@@ -193,37 +200,45 @@ func writeFailover(b *strings.Builder, f failover) {
 }
 
 func writeScale(b *strings.Builder, runs []scale) {
-	b.WriteString("\n## Scale\n\n| leases (pods) | pods created | cold start: all held | steady state | Lease writes/s | per lease | re-grants | fences changed | CPU | max RSS | heap in use | queue wait mean; p50 / p99 (cold start) | queue wait mean; p50 / p99 (steady) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n## Scale\n\n| leases (pods) | pods created | cold start: all held | steady state | Lease writes/s | per lease | re-grants | fences changed | CPU | max RSS | heap in use | kube-apiserver / etcd CPU (steady) | queue wait mean; p50 / p99 (cold start) | queue wait mean; p50 / p99 (steady) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		s := r.Steady
+		cold := fmt.Sprintf("%.1f s", r.ColdStart)
 		if r.ColdStart == 0 && len(r.ColdProgress) > 0 {
-			last := r.ColdProgress[max(0, len(r.ColdProgress)-1)]
-			fmt.Fprintf(b, "| %d (%d) | %.0f s | **not all held**: %d of %d after %.0f s (held after 60 s: %d) | – | | | | | | | | %s | |\n",
-				r.Leases, r.Leases*r.PodsPerLease, r.PodsCreated, last.Held, r.Leases, last.Seconds, heldAt(r, 60), qs(r.ColdQueue))
+			last := r.ColdProgress[len(r.ColdProgress)-1]
+			cold = fmt.Sprintf("**not all held**: %d of %d after %.0f s (held after 60 s: %d; %d re-grants; %d waiting for capacity)",
+				last.Held, r.Leases, last.Seconds, heldAt(r, 60), r.ColdRegrants, r.WaitingForCapacity)
+		}
+		if s.Seconds == 0 {
+			fmt.Fprintf(b, "| %d (%d) | %.0f s | %s | – | | | | | | | | | %s | |\n",
+				r.Leases, r.Leases*r.PodsPerLease, r.PodsCreated, cold, qs(r.ColdQueue))
 			continue
 		}
-		fmt.Fprintf(b, "| %d (%d) | %.0f s | %.1f s | %.0f s | %.1f | %.3f | %d | %d | %.1f %% | %.0f MiB | %.0f MiB | %s | %s |\n",
-			r.Leases, r.Leases*r.PodsPerLease, r.PodsCreated, r.ColdStart, s.Seconds, s.WritesPerSecond, s.PerLease, s.Regrants, s.FencesChanged,
-			s.CPUPercent, s.MaxRSSMiB, s.HeapInuseMiB, qs(r.ColdQueue), qs(s.Queue))
+		fmt.Fprintf(b, "| %d (%d) | %.0f s | %s | %.0f s | %.1f | %.3f | %d | %d | %.1f %% | %.0f MiB | %.0f MiB | %.0f %% / %.0f %% | %s | %s |\n",
+			r.Leases, r.Leases*r.PodsPerLease, r.PodsCreated, cold, s.Seconds, s.WritesPerSecond, s.PerLease, s.Regrants, s.FencesChanged,
+			s.CPUPercent, s.MaxRSSMiB, s.HeapInuseMiB, s.ControlPlane.APIServerCPUPercent, s.ControlPlane.EtcdCPUPercent, qs(r.ColdQueue), qs(s.Queue))
 	}
 	b.WriteString("\nQueue wait: workqueue_queue_duration_seconds of the operator (from ready to picked up); its buckets are powers of ten apart, so p50 and p99 are interpolated within a factor of ten, the mean is exact.\n")
-	b.WriteString("\nOperator restarts (the process killed and started again), then a window of steady state:\n\n| leases | cache | every Lease renewed by the new process | all held and published | re-grants | window | max RSS | heap in use | CPU | Lease writes/s per lease |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\nOperator restarts (the process killed and started again), then a window of steady state:\n\n| leases | cache | every Lease renewed by the new process | all held and published | re-grants until then; in the window | window | max RSS | heap in use | CPU | Lease writes/s per lease |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		for _, x := range r.Restarts {
 			renewed, held := fmt.Sprintf("%.1f s", x.AllRenewed), fmt.Sprintf("%.1f s", x.AllHeld)
 			if r.ColdStart == 0 {
 				renewed, held = "not waited for (cold start unfinished)", "–"
 			}
-			fmt.Fprintf(b, "| %d | %s | %s | %s | %d | %.0f s | %.0f MiB | %.0f MiB | %.1f %% | %.3f |\n", r.Leases, x.Cache, renewed, held, x.Regrants,
-				x.Window.Seconds, x.Window.MaxRSSMiB, x.Window.HeapInuseMiB, x.Window.CPUPercent, x.Window.PerLease)
+			fmt.Fprintf(b, "| %d | %s | %s | %s | %d; %d | %.0f s | %.0f MiB | %.0f MiB | %.1f %% | %.3f |\n", r.Leases, x.Cache, renewed, held, x.Regrants,
+				x.Window.Regrants, x.Window.Seconds, x.Window.MaxRSSMiB, x.Window.HeapInuseMiB, x.Window.CPUPercent, x.Window.PerLease)
 		}
 	}
 	b.WriteString("\nclient-go elections with the same number of candidates per group and its default timing (15 s / 10 s / 2 s), measured:\n\n| leases | groups measured | Lease writes/s | per group | for as many groups as leases | fencedlease, Lease writes/s |\n|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		c := r.ClientGo
 		fl := fmt.Sprintf("%.1f (%.3f per lease)", r.Steady.WritesPerSecond, r.Steady.PerLease)
-		if r.ColdStart == 0 && len(r.Restarts) > 0 {
+		if r.ColdStart == 0 && r.Steady.Seconds > 0 {
+			held := r.ColdProgress[len(r.ColdProgress)-1].Held
+			fl = fmt.Sprintf("%.1f (%.3f per lease held, of %d held)", r.Steady.WritesPerSecond, r.Steady.WritesPerSecond/float64(max(held, 1)), held)
+		} else if r.ColdStart == 0 && len(r.Restarts) > 0 {
 			w := r.Restarts[0].Window
 			fl = fmt.Sprintf("%.1f (%.3f per lease; after a restart, not all held)", w.WritesPerSecond, w.PerLease)
 		}

@@ -215,7 +215,7 @@ func steadyState(t *testing.T, g Gomega, res *result, op *operator, w *leaseWatc
 // then whole pods (--cache-whole-pods), and measures each: the time until
 // the new process has renewed every Lease and all are held and published
 // (required when held is true; otherwise waited for at most a window), then
-// a window of steady state.
+// a window of steady state. No grant may change meanwhile.
 func restarts(t *testing.T, ctx context.Context, c client.Reader, ns, bin, kubeconfig string, op *operator, w *leaseWatch,
 	leases int, window, poll time.Duration, held bool) []restart {
 	g := NewWithT(t)
@@ -243,6 +243,9 @@ func restarts(t *testing.T, ctx context.Context, c client.Reader, ns, bin, kubec
 		r.Window = measure(t, op, window, leases, w)
 		t.Logf("restart caching %s: every Lease renewed after %.1f s, all held and published after %.1f s, %d re-grants; then %+v",
 			podCache, r.AllRenewed, r.AllHeld, r.Regrants, r.Window)
+		if n := r.Regrants + r.Window.Regrants; n > 0 {
+			t.Errorf("restart caching %s: %d grants changed under healthy holders", podCache, n)
+		}
 		out = append(out, r)
 	}
 	op.stop()
