@@ -103,7 +103,8 @@ func onlyRenewed(st, next *fencingv1alpha1.FencedLeaseStatus) bool {
 	if st.RenewTime == nil || next.RenewTime == nil || !st.RenewTime.Before(next.RenewTime) {
 		return false
 	}
-	a, b := st.DeepCopy(), next.DeepCopy()
+	// Shallow copies: only their own top-level fields are cleared.
+	a, b := *st, *next
 	a.LeaseResourceVersion, a.RenewTime, a.ExpireTime = "", nil, nil
 	b.LeaseResourceVersion, b.RenewTime, b.ExpireTime = "", nil, nil
 	return equality.Semantic.DeepEqual(a, b)
