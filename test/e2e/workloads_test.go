@@ -208,8 +208,11 @@ func scale(t *testing.T, dep *appsv1.Deployment, n int32) {
 	t.Helper()
 	g := NewWithT(t)
 	g.Expect(admin.Get(context.Background(), client.ObjectKeyFromObject(dep), dep)).To(Succeed())
+	// A patch, as kubectl scale sends: an update would conflict with the
+	// Deployment controller's writes in between.
+	base := dep.DeepCopy()
 	dep.Spec.Replicas = ptr.To(n)
-	g.Expect(admin.Update(context.Background(), dep)).To(Succeed())
+	g.Expect(admin.Patch(context.Background(), dep, client.MergeFrom(base))).To(Succeed())
 }
 
 func get(t *testing.T, pod *corev1.Pod) *corev1.Pod {
