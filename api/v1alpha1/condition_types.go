@@ -24,8 +24,9 @@ const (
 	ReasonGranting = "Granting"
 	// ReasonPaused: the FencedLease is paused and has no holder (Held=False).
 	ReasonPaused = "Paused"
-	// ReasonWaitingForCapacity: the operator renews as many grants as it
-	// can on time; the first grant of this FencedLease waits (Held=False).
+	// ReasonWaitingForCapacity: the operator admits no first grant, keeping
+	// a margin for renewing the grants it holds; the first grant of this
+	// FencedLease waits (Held=False).
 	ReasonWaitingForCapacity = "WaitingForCapacity"
 
 	// ReasonAsExpected: nothing is wrong (Degraded=False).

@@ -21,10 +21,10 @@ import (
 )
 
 // saturatedPace is a pace whose renewals took all of one worker's time
-// for a minute, as an operator past its capacity.
+// for the last minute, as an operator past its capacity.
 func saturatedPace() *pace.Pace {
 	p := pace.New(1)
-	now := time.Unix(1000, 0)
+	now := time.Now().Add(-time.Minute)
 	for i := range 600 {
 		p.Worked(now.Add(time.Duration(i)*100*time.Millisecond), 100*time.Millisecond, true)
 	}

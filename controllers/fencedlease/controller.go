@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -57,8 +58,11 @@ type Reconciler struct {
 	once         sync.Once
 	observations *observations
 	pace         *pace.Pace
-	retries      retries
-	tracks       leaseTracks
+	// admitting is whether first grants were admitted when last reported.
+	admitting atomic.Bool
+	retries   retries
+	expiries  expiries
+	tracks    leaseTracks
 }
 
 // scope is what one reconcile knows and decides about one FencedLease.
@@ -81,6 +85,10 @@ type scope struct {
 	// records. Nothing more is done, and the status is left alone, until the
 	// next reconcile.
 	stale bool
+	// behind is set while the FencedLease's grant was found expired and its
+	// re-grant waits behind the renewals (expiry.go); deferred when this
+	// reconcile found it so, and wrote nothing.
+	behind, deferred bool
 	// outcome is what the reconcile did, for the metrics.
 	outcome outcome
 }
@@ -106,6 +114,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			// have written after the finalizer cleared it.
 			r.forgetMetrics(req.NamespacedName)
 			r.retries.settled(req.NamespacedName)
+			r.expiries.forget(req.NamespacedName)
 			return ctrl.Result{}, r.clearPods(ctx, req.Namespace, req.Name)
 		}
 		return ctrl.Result{}, err
@@ -113,7 +122,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	if !fl.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, fl)
 	}
-	if neverGranted(fl) && (r.pace.Saturated() || waitedForCapacity(fl) && !r.pace.Measured(r.Clock.Now())) {
+	if r.waitsForCapacity(fl, r.Clock.Now()) {
 		return r.waitForCapacity(ctx, fl)
 	}
 	if !controllerutil.ContainsFinalizer(fl, fencingv1alpha1.Finalizer) {
@@ -122,7 +131,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		return ctrl.Result{}, r.Patch(ctx, fl, client.MergeFrom(base))
 	}
 
-	s := &scope{key: req.NamespacedName, fl: fl, recorded: *fl.Status.DeepCopy()}
+	s := &scope{key: req.NamespacedName, fl: fl, recorded: *fl.Status.DeepCopy(), behind: r.expiries.has(req.NamespacedName)}
 	base := fl.DeepCopy()
 	started := r.Clock.Now()
 	defer func() {
@@ -136,6 +145,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			r.retries.settled(s.key)
 		}
 		r.recordMetrics(s)
+		r.reportPace()
 		result.Priority = priorityOf(s)
 		now := r.Clock.Now()
 		r.pace.Worked(now, now.Sub(started), keepsGrant(s))
@@ -151,7 +161,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			return ctrl.Result{}, err
 		}
 		result = soonest(result, res)
-		if s.stale || s.lease == nil {
+		if s.stale || s.deferred || s.lease == nil {
 			break
 		}
 	}
@@ -241,6 +251,7 @@ func (r *Reconciler) defaults() {
 	}
 	r.observations = newObservations(r.Clock)
 	r.pace = pace.New(r.Workers)
+	r.admitting.Store(true)
 }
 
 // soonest combines two results, keeping the earliest requeue.

@@ -69,7 +69,11 @@ func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result,
 		Candidates:       s.pods.candidates,
 		HandoffRequested: pending,
 	})
-	r.admit(s, view, policy)
+	r.admit(s, view, policy, clk.Now)
+	r.deferExpired(ctx, s, clk.Now)
+	if s.deferred {
+		return ctrl.Result{RequeueAfter: behindRenewals}, nil
+	}
 	s.outcome.waiting = waitingForLease(s)
 	if s.plan.Cause == holder.CauseStoppedRenewing {
 		s.outcome.renewFailed = holder.RenewalHolder
@@ -84,7 +88,7 @@ func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result,
 	case holder.Renew:
 		err = r.renew(ctx, s)
 		if err == nil {
-			r.pace.Late(clk.Now.Sub(clk.RenewedAt)-paced.RenewInterval, policy.LeaseDuration-policy.RenewInterval)
+			r.pace.Late(clk.Now, clk.Now.Sub(clk.RenewedAt)-paced.RenewInterval, policy.LeaseDuration-paced.RenewInterval)
 		}
 	case holder.Revoke:
 		err = r.revoke(ctx, s, view)
@@ -101,6 +105,12 @@ func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result,
 	}
 	if err == nil && !s.stale && pending {
 		r.handledHandoff(ctx, s, request)
+	}
+	if err == nil && !s.stale && s.behind && s.plan.Action != holder.Wait {
+		// Re-granted (or revoked): the reconcile after it publishes the new
+		// grant and schedules its renewals, at their priority.
+		r.expiries.forget(s.key)
+		s.behind = false
 	}
 	return result, err
 }

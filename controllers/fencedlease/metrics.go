@@ -99,7 +99,15 @@ var (
 	})
 	saturatedGauge = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fencedlease_operator_saturated",
-		Help: "1 while the operator renews as many grants as it can on time: new FencedLeases wait for their first grant (Held=False, WaitingForCapacity).",
+		Help: "1 while the operator admits no first grant, to keep a margin for the renewals of the grants it holds: new FencedLeases wait (Held=False, WaitingForCapacity).",
+	})
+	firstGrantRateGauge = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fencedlease_first_grant_rate",
+		Help: "First grants per second the operator admits at most; it halves each time admission closes and grows back while it is open.",
+	})
+	renewalLatenessGauge = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fencedlease_renewal_lateness",
+		Help: "How far into its slack (0 on time, 1 expired) the latest renewals ran, the highest over about the last 10 s. Above 0.25 no first grant is admitted.",
 	})
 
 	perLease = []interface{ DeletePartialMatch(prometheus.Labels) int }{
@@ -115,7 +123,8 @@ func registerMetrics() {
 	registerOnce.Do(func() {
 		metrics.Registry.MustRegister(grantsTotal, handoffsTotal, expiredWhileRunningTotal, renewalsTotal, renewalFailuresTotal,
 			fenceRegressionsTotal, acquisitionWait, holdDuration, fenceGauge, candidatesGauge, holderGauge, holderSinceGauge,
-			lastRenewalGauge, leaseDurationGauge, pausedGauge, renewalShareGauge, renewalStretchGauge, saturatedGauge)
+			lastRenewalGauge, leaseDurationGauge, pausedGauge, renewalShareGauge, renewalStretchGauge, saturatedGauge,
+			firstGrantRateGauge, renewalLatenessGauge)
 	})
 }
 
@@ -165,10 +174,6 @@ func (t *leaseTracks) get(key types.NamespacedName) *leaseTrack {
 // recordMetrics turns the outcome of one reconcile, and the status it
 // recorded, into series.
 func (r *Reconciler) recordMetrics(s *scope) {
-	pace := r.pace.Status()
-	renewalShareGauge.Set(pace.Share)
-	renewalStretchGauge.Set(pace.Stretch)
-	saturatedGauge.Set(map[bool]float64{true: 1, false: 0}[pace.Saturated])
 	if s.stale {
 		return
 	}

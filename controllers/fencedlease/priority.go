@@ -21,9 +21,11 @@ import (
 // out.
 const PriorityRenewal = 10
 
-// priorityOf is the priority of the next reconcile of a FencedLease.
+// priorityOf is the priority of the next reconcile of a FencedLease. The
+// re-grant of a grant found expired goes at 0, behind the renewals of the
+// grants still held (expiry.go).
 func priorityOf(s *scope) *int {
-	if carriesGrant(s) {
+	if carriesGrant(s) && !s.behind {
 		return ptr.To(PriorityRenewal)
 	}
 	return ptr.To(0)

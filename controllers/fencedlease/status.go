@@ -28,9 +28,10 @@ import (
 // the patch carries the resourceVersion of the FencedLease as read (a late
 // patch from an earlier reconcile, or one based on a lagging cache, fails
 // instead of overwriting a newer record), and nothing is written when the
-// inputs were found stale. A conflict asks for another look soon.
+// inputs were found stale, or when the reconcile only put a re-grant behind
+// the renewals (expiry.go). A conflict asks for another look soon.
 func (r *Reconciler) patchStatus(ctx context.Context, base *fencingv1alpha1.FencedLease, s *scope, ok bool) (bool, error) {
-	if s.stale {
+	if s.stale || s.deferred {
 		return false, nil
 	}
 	r.computeStatus(ctx, s)
@@ -60,7 +61,7 @@ func (r *Reconciler) computeStatus(ctx context.Context, s *scope) {
 	if s.lease != nil && (st.LeaseResourceVersion == "" || newer(s.lease.ResourceVersion, st.LeaseResourceVersion)) {
 		next := st.DeepCopy()
 		mirrorLease(next, s)
-		if !onlyRenewed(st, next) || pace.ReportsRenewal(timeOf(st.RenewTime), timeOf(next.RenewTime), r.pace.Stretch()) {
+		if !onlyRenewed(st, next) || pace.ReportsRenewal(timeOf(st.RenewTime), timeOf(next.RenewTime), r.reportingStretch()) {
 			*st = *next
 		}
 	}
@@ -70,6 +71,20 @@ func (r *Reconciler) computeStatus(ctx context.Context, s *scope) {
 	r.setDegraded(ctx, s)
 	setHeld(s)
 	setReady(s)
+}
+
+// reportingStretch is the stretch that decides how often renewals are
+// recorded in the status: the pace's, and full in a process's first 20 s,
+// before it has measured its load. A process that starts under thousands of
+// held grants renews each of them within a lease duration, at the spec's
+// interval until its pace stretches; recording each of those renewals too,
+// in status patches that cost the API server five times a Lease update, is
+// what the grants' renewals could least afford then.
+func (r *Reconciler) reportingStretch() float64 {
+	if !r.pace.Measured(r.Clock.Now()) {
+		return 1
+	}
+	return r.pace.Stretch()
 }
 
 // mirrorLease records a Lease newer than the one the status records. Fence
@@ -186,7 +201,7 @@ func waitingMessage(s *scope) string {
 	case fencingv1alpha1.ReasonGranting:
 		return "a grant is being written and committed"
 	case fencingv1alpha1.ReasonWaitingForCapacity:
-		return "the operator renews as many grants as it can on time; a first grant waits until its renewals catch up (more operator workers, or longer leases, raise the capacity)"
+		return "the operator admits no first grant while it keeps a margin for renewing the grants it holds (its log says why); this one waits until it has room (more operator workers, or longer leases, raise the capacity)"
 	}
 	return s.degraded.message
 }

@@ -126,7 +126,7 @@ const (
 	WaitingGranting     = "Granting"
 	WaitingPaused       = "Paused"
 	// WaitingForCapacity is set by the controller, not by Decide: a first
-	// grant waits while the operator renews as many grants as it can.
+	// grant waits while the operator admits none (internal/pace).
 	WaitingForCapacity = "WaitingForCapacity"
 )
 

@@ -11,8 +11,17 @@
 // while that share is above its target (half), and relaxes it back to the
 // spec's interval as the share falls. When even the longest interval leaves
 // renewals most of the workers, or renewals run late, it reports the
-// operator saturated: new FencedLeases then wait for their first grant
-// instead of adding renewals that could not be made on time.
+// operator saturated.
+//
+// First grants are admitted with a margin (admit.go): they wait from well
+// before saturation (renewals at their longest interval above Headroom of
+// the workers' time, or a recent renewal a quarter into its slack), for a
+// while after a held grant expired unrenewed, and they go through a budget
+// whose rate halves each time admission closes and grows back slowly while
+// it is open. Takeovers and re-grants are never held back, but they spend
+// from the same budget. An operator with more FencedLeases than it can
+// renew thus stops growing short of its limit, instead of oscillating
+// around it, where a slow moment of the API server expires grants.
 //
 // It holds no client and reads no clock: the controller reports what its
 // reconciles took, on its own clock, and asks for intervals.

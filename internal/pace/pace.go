@@ -49,11 +49,13 @@ type Pace struct {
 	late float64
 	// since is when the first reconcile was recorded.
 	since time.Time
+	// admission is the budget of first grants (admit.go).
+	admission admission
 }
 
 // New returns the pace of an operator with the given number of workers.
 func New(workers int) *Pace {
-	return &Pace{workers: float64(max(workers, 1))}
+	return &Pace{workers: float64(max(workers, 1)), admission: newAdmission()}
 }
 
 // Worked records a reconcile that took d and ended at now; renewal tells
@@ -63,23 +65,31 @@ func New(workers int) *Pace {
 func (p *Pace) Worked(now time.Time, d time.Duration, renewal bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.at.IsZero() {
-		dt := now.Sub(p.at)
-		if dt <= 0 {
-			dt = 0
-		}
-		p.busy *= math.Exp(-dt.Seconds() / window.Seconds())
-		p.stretch = min(max(p.stretch+gain*(p.share()-Target)*dt.Seconds(), 0), 1)
-	}
+	p.advance(now)
 	if p.since.IsZero() {
 		p.since = now
-	}
-	if now.After(p.at) {
-		p.at = now
 	}
 	if renewal && d > 0 {
 		p.busy += d.Seconds()
 	}
+}
+
+// advance brings the measures to now: the share decays, the stretch moves
+// towards where the share asks for it, and the admission budget refills. A
+// time before the last one seen changes nothing. p.mu must be held.
+func (p *Pace) advance(now time.Time) {
+	if p.at.IsZero() {
+		p.at = now
+		return
+	}
+	dt := now.Sub(p.at)
+	if dt <= 0 {
+		return
+	}
+	p.at = now
+	p.busy *= math.Exp(-dt.Seconds() / window.Seconds())
+	p.stretch = min(max(p.stretch+gain*(p.share()-Target)*dt.Seconds(), 0), 1)
+	p.admission.advance(dt)
 }
 
 // share is the renewals' share of the workers' time; p.mu must be held.
@@ -87,17 +97,27 @@ func (p *Pace) share() float64 {
 	return p.busy / (window.Seconds() * p.workers)
 }
 
-// Late records a renewal made late after it fell due, for a grant with the
-// given slack (its lease duration less its spec's renew interval: how late
-// a renewal could run before the grant expired).
-func (p *Pace) Late(late, slack time.Duration) {
+// Late records a renewal made at now, late after it fell due, for a grant
+// with the given slack (how late the renewal could run before the grant
+// expired: its lease duration less the renew interval it was due at).
+func (p *Pace) Late(now time.Time, late, slack time.Duration) {
 	if slack <= 0 {
 		return
 	}
 	f := max(float64(late)/float64(slack), 0)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.advance(now)
 	p.late += lateWeight * (f - p.late)
+	p.admission.late(f)
+	if f > lateMargin {
+		// Renewals run into their slack: the workers or the API server
+		// cannot keep up with the renewals as they are spaced now. Waiting
+		// for the share to build up, over its window, is what a process
+		// that starts under thousands of grants cannot afford: their first
+		// renewals all fall due within one renew interval.
+		p.stretch = 1
+	}
 }
 
 // Interval is the renew interval to use for a grant whose spec asks for
@@ -157,13 +177,24 @@ type Status struct {
 	Late float64
 	// Saturated: see Saturated.
 	Saturated bool
+	// Admitting tells whether first grants were admitted when last asked
+	// (Admits); Why says why not.
+	Admitting bool
+	Why       string
+	// Rate is the admission rate, in first grants per second.
+	Rate float64
+	// Peak is the lateness of the latest renewals, as a fraction of their
+	// slack.
+	Peak float64
 }
 
 // Status returns the pace now.
 func (p *Pace) Status() Status {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return Status{Share: p.share(), Stretch: p.stretch, Late: p.late, Saturated: p.saturated()}
+	a := p.admission
+	return Status{Share: p.share(), Stretch: p.stretch, Late: p.late, Saturated: p.saturated(),
+		Admitting: a.why == "", Why: a.why, Rate: a.rate, Peak: a.peak}
 }
 
 // Saturated tells whether the operator holds as many grants as it can

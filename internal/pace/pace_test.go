@@ -82,10 +82,11 @@ func TestOtherWorkDoesNotCount(t *testing.T) {
 
 func TestLateRenewalsSaturateOnlyAtFullStretch(t *testing.T) {
 	p := New(4)
+	// 20 % into the slack: late, but not far enough to stretch at once.
 	for range 50 {
-		p.Late(3*time.Second, 10*time.Second)
+		p.Late(time.Unix(900, 0), 2*time.Second, 10*time.Second)
 	}
-	if st := p.Status(); st.Late < 0.29 || st.Saturated {
+	if st := p.Status(); st.Late < 0.19 || st.Stretch != 0 || st.Saturated {
 		t.Fatalf("late but not stretched: %+v, want late and not saturated", st)
 	}
 	now := time.Unix(1000, 0)
@@ -97,7 +98,7 @@ func TestLateRenewalsSaturateOnlyAtFullStretch(t *testing.T) {
 		t.Fatalf("late at full stretch: %+v, want saturated", st)
 	}
 	for range 50 {
-		p.Late(0, 10*time.Second)
+		p.Late(now, 0, 10*time.Second)
 	}
 	if p.Saturated() {
 		t.Fatalf("on time again at a share of 0.6: %+v, want not saturated", p.Status())
@@ -146,5 +147,24 @@ func TestMeasuredAfterTwoWindows(t *testing.T) {
 	}
 	if !p.Measured(now.Add(2 * window)) {
 		t.Error("not measured after two windows")
+	}
+}
+
+func TestARenewalFarIntoItsSlackStretchesAtOnce(t *testing.T) {
+	p := New(4)
+	now := time.Unix(1000, 0)
+	p.Worked(now, 0, false)
+	p.Late(now, 2*time.Second, 10*time.Second) // 20 %: within the margin
+	if st := p.Status(); st.Stretch != 0 {
+		t.Fatalf("a renewal 20%% into its slack stretched: %+v", st)
+	}
+	p.Late(now, 3*time.Second, 10*time.Second) // 30 %
+	if st := p.Status(); st.Stretch != 1 {
+		t.Fatalf("a renewal 30%% into its slack: %+v, want full stretch at once", st)
+	}
+	// Idle afterwards, it relaxes as before.
+	run(p, now, time.Minute, 100*time.Millisecond, 0)
+	if st := p.Status(); st.Stretch != 0 {
+		t.Fatalf("idle for a minute after: %+v, want no stretch", st)
 	}
 }

@@ -1,0 +1,161 @@
+package pace
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// admitted counts the first grants admitted when asked n times at now.
+func admitted(p *Pace, now time.Time, n int) int {
+	count := 0
+	for range n {
+		if ok, _ := p.Admit(now); ok {
+			count++
+		}
+	}
+	return count
+}
+
+// stretchedAt brings a pace of two workers to full stretch, then holds the
+// renewals' share at share for a minute, and returns the time.
+func stretchedAt(p *Pace, now time.Time, share float64) time.Time {
+	now = run(p, now, 15*time.Second, 100*time.Millisecond, 200*time.Millisecond)
+	return run(p, now, time.Minute, 100*time.Millisecond, time.Duration(share*float64(200*time.Millisecond)))
+}
+
+func TestAQuietOperatorAdmitsABurstAtOnce(t *testing.T) {
+	p := New(32)
+	now := time.Unix(1000, 0)
+	if got := admitted(p, now, 100); got != 100 {
+		t.Fatalf("a new operator admitted %d of 100 first grants at once, want all", got)
+	}
+	if ok, why := p.Admit(now); ok || !strings.Contains(why, "a second") {
+		t.Fatalf("the 101st in the same instant: admitted %v (%q), want it to wait for the budget", ok, why)
+	}
+	if got := admitted(p, now.Add(100*time.Millisecond), 100); got != 10 {
+		t.Fatalf("100 ms later: %d admitted, want 10 (100 a second)", got)
+	}
+}
+
+func TestFirstGrantsWaitWithAMarginBeforeSaturation(t *testing.T) {
+	for _, tc := range []struct {
+		share float64
+		want  bool
+	}{
+		{0.55, true},
+		// Above Headroom, below Full: not saturated, but no first grant.
+		{0.72, false},
+		{0.9, false},
+	} {
+		p := New(2)
+		now := stretchedAt(p, time.Unix(1000, 0), tc.share)
+		st := p.Status()
+		if st.Stretch != 1 {
+			t.Fatalf("share %.2f: %+v, want full stretch", tc.share, st)
+		}
+		ok, why := p.Admits(now)
+		if ok != tc.want {
+			t.Errorf("share %.2f (measured %.2f, saturated %v): admits %v (%q), want %v", tc.share, st.Share, st.Saturated, ok, why, tc.want)
+		}
+		if !ok && !strings.Contains(why, "workers' time") {
+			t.Errorf("share %.2f: reason %q does not name the share", tc.share, why)
+		}
+	}
+}
+
+func TestALateRenewalClosesAdmissionForAWhile(t *testing.T) {
+	p := New(2)
+	now := time.Unix(1000, 0)
+	p.Worked(now, 0, false)
+	// One renewal 40 % into its slack, the others on time.
+	p.Late(now, 4*time.Second, 10*time.Second)
+	for range 20 {
+		p.Late(now, 0, 10*time.Second)
+	}
+	if ok, why := p.Admits(now.Add(time.Second)); ok || !strings.Contains(why, "into its slack") {
+		t.Fatalf("a second after a renewal 40%% into its slack: admits %v (%q), want no", ok, why)
+	}
+	// The peak decays over the window: 0.4 e^(-t/10 s) < 0.25 after 4.7 s.
+	if ok, why := p.Admits(now.Add(6 * time.Second)); !ok {
+		t.Fatalf("6 s later: %q, want admitted", why)
+	}
+	if st := p.Status(); st.Saturated || st.Late > lateLimit {
+		t.Fatalf("one late renewal saturated the pace: %+v", st)
+	}
+}
+
+func TestAnExpiryClosesAdmissionForTheCooldownAndHalvesTheRate(t *testing.T) {
+	p := New(2)
+	now := time.Unix(1000, 0)
+	p.Worked(now, 0, false)
+	p.Expired(now)
+	for _, d := range []time.Duration{time.Second, cooldown - time.Second} {
+		if ok, why := p.Admits(now.Add(d)); ok || why != "a held grant expired unrenewed" {
+			t.Fatalf("%s after an expiry: admits %v (%q), want the expiry named", d, ok, why)
+		}
+	}
+	at := now.Add(cooldown + time.Second)
+	if ok, why := p.Admits(at); !ok {
+		t.Fatalf("after the cooldown: %q, want admitted", why)
+	}
+	if r := p.Status().Rate; r > maxRate/2+2 {
+		t.Fatalf("rate after an expiry: %.1f, want halved from %.0f", r, maxRate)
+	}
+	// A burst of expiries halves it once each, down to the floor.
+	for range 10 {
+		p.Expired(at)
+	}
+	if r := p.Status().Rate; r != minRate {
+		t.Fatalf("rate after 10 more expiries: %.2f, want %.0f", r, minRate)
+	}
+	// It grows back by rateGrowth a second while open, not at once.
+	ok, _ := p.Admits(at.Add(cooldown))
+	later := at.Add(cooldown + 10*time.Second)
+	p.Admits(later)
+	if r := p.Status().Rate; !ok || r < 9 || r > 12 {
+		t.Fatalf("10 s after reopening: rate %.1f (open %v), want about 11", r, ok)
+	}
+	if got := admitted(p, later, 100); got > 12 {
+		t.Fatalf("admitted %d at once at a rate of about 11 a second", got)
+	}
+}
+
+func TestTakeoversSpendTheFirstGrantsBudget(t *testing.T) {
+	p := New(2)
+	now := time.Unix(1000, 0)
+	p.Worked(now, 0, false)
+	p.Expired(now) // rate 50 a second
+	now = now.Add(cooldown)
+	p.Admits(now)
+	for range 200 {
+		p.Spend(now)
+	}
+	if ok, why := p.Admit(now.Add(500 * time.Millisecond)); ok {
+		t.Fatalf("half a second after 200 takeovers at a rate of about 50: admitted, want to wait (%q)", why)
+	}
+	// The debt is at most a second of admissions: two seconds repay it.
+	if ok, why := p.Admit(now.Add(2500 * time.Millisecond)); !ok {
+		t.Fatalf("2.5 s after the takeovers: %q, want admitted", why)
+	}
+}
+
+func TestOscillatingAtTheLimitSlowsAdmission(t *testing.T) {
+	p := New(2)
+	now := time.Unix(1000, 0)
+	p.Worked(now, 0, false)
+	for i := range 8 {
+		now = now.Add(3 * time.Second)
+		p.Late(now, 3*time.Second, 10*time.Second) // 30 % into the slack
+		if ok, _ := p.Admits(now); ok {
+			t.Fatalf("round %d: admitted right after a late renewal", i)
+		}
+		now = now.Add(10 * time.Second)
+		if ok, why := p.Admits(now); !ok {
+			t.Fatalf("round %d: not reopened: %q", i, why)
+		}
+	}
+	if r := p.Status().Rate; r > 20 {
+		t.Fatalf("rate after 8 closures in 104 s: %.1f, want it well below the %.0f it started at", r, maxRate)
+	}
+}
