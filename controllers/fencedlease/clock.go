@@ -31,6 +31,10 @@ type observation struct {
 	renewedAt time.Time
 	grantedAt time.Time
 	maxFence  int64 // highest fence seen for this FencedLease
+	// inherited is set while the grant is one this process has not written
+	// or renewed itself: seen first after a restart, or written by another
+	// replica.
+	inherited bool
 }
 
 func newObservations(c clock.PassiveClock) *observations {
@@ -65,6 +69,7 @@ func (o *observations) observe(key types.NamespacedName, l *coordinationv1.Lease
 		// A read older than one already seen (a lagging cache) says nothing new.
 	case obs.grant != g:
 		obs.grant, obs.renewTime, obs.renewedAt, obs.grantedAt = g, renewTimeOf(l), now, now
+		obs.inherited = true
 	case renewTimeOf(l) != obs.renewTime:
 		obs.renewTime, obs.renewedAt = renewTimeOf(l), now
 		renewed = true
@@ -101,9 +106,19 @@ func (o *observations) confirmed(key types.NamespacedName, l *coordinationv1.Lea
 		obs.grant, obs.grantedAt = grantKey(l), now
 	}
 	obs.renewTime, obs.renewedAt, obs.rv = renewTimeOf(l), now, l.ResourceVersion
+	obs.inherited = false
 	if fence > obs.maxFence {
 		obs.maxFence = fence
 	}
+}
+
+// inherited tells whether the current grant of key is one this process has
+// neither written nor renewed yet.
+func (o *observations) inherited(key types.NamespacedName) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	obs := o.byKey[key]
+	return obs != nil && obs.inherited
 }
 
 // newer reports whether resourceVersion rv is newer than seen (KEP-5504

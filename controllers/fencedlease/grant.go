@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -47,6 +48,21 @@ func policyOf(fl *fencingv1alpha1.FencedLease, pendingGrace time.Duration) holde
 	}
 }
 
+// firstRenewal is the interval to the first renewal of a grant that this
+// process did not write, spread by FencedLease between a quarter and all of
+// interval. A process that starts counts every grant it finds as renewed
+// when it first sees it (clock.go), and sees thousands of them within the
+// seconds of its initial list: renewed after the full interval, they would
+// all fall due together, with the lease's remainder to renew them all in.
+// Spread, the first round of renewals starts as soon as they are seen, and
+// has nearly the whole lease.
+func firstRenewal(key types.NamespacedName, interval time.Duration) time.Duration {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key.String()))
+	u := float64(h.Sum32()) / (1 << 32)
+	return time.Duration((0.25 + 0.75*u) * float64(interval))
+}
+
 // reconcileGrant decides the next write to the Lease and makes it.
 func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result, error) {
 	view := leaseView(s.lease)
@@ -62,6 +78,9 @@ func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result,
 	policy := policyOf(s.fl, r.PendingGrace)
 	paced := policy
 	paced.RenewInterval = r.pace.Interval(policy.RenewInterval, policy.LeaseDuration)
+	if r.observations.inherited(s.key) {
+		paced.RenewInterval = firstRenewal(s.key, paced.RenewInterval)
+	}
 	s.plan = holder.Decide(holder.Input{
 		Policy:           paced,
 		Lease:            view,

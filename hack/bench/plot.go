@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"image/color"
+	"os"
 	"path/filepath"
 
 	"gonum.org/v1/plot"
@@ -122,6 +123,7 @@ func plotScale(dir string, runs []scale) error {
 		p.X.Label.Text, p.Y.Label.Text = "FencedLeases (log scale)", fig.ylabel
 		p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
 		p.Add(plotter.NewGrid())
+		drawn := 0
 		for i, l := range fig.lines {
 			var xy plotter.XYs
 			for _, r := range runs {
@@ -132,6 +134,7 @@ func plotScale(dir string, runs []scale) error {
 			if len(xy) == 0 {
 				continue
 			}
+			drawn++
 			ln, pts, err := plotter.NewLinePoints(xy)
 			if err != nil {
 				return err
@@ -141,6 +144,12 @@ func plotScale(dir string, runs []scale) error {
 			pts.Shape = plotutil.Shape(i)
 			p.Add(ln, pts)
 			p.Legend.Add(l.name, ln, pts)
+		}
+		if drawn == 0 {
+			// Nothing measured (a cold start that did not finish, say): an
+			// empty log axis cannot be drawn.
+			fmt.Fprintf(os.Stderr, "bench: %s: nothing to plot\n", fig.file)
+			continue
 		}
 		p.Legend.Top, p.Legend.Left = true, true
 		p.Y.Min = 0

@@ -9,7 +9,8 @@
 // Pace measures the share of the workers' time that renewals take and
 // stretches the renew interval of every grant towards its lease duration
 // while that share is above its target (half), and relaxes it back to the
-// spec's interval as the share falls. When even the longest interval leaves
+// spec's interval as the share falls; a renewal that ran a quarter into its
+// slack stretches them fully at once. When even the longest interval leaves
 // renewals most of the workers, or renewals run late, it reports the
 // operator saturated.
 //

@@ -2,6 +2,7 @@ package pace
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 )
@@ -70,7 +71,11 @@ func (s sim) run(n int, total time.Duration) simResult {
 		if i < s.restartHeld {
 			// The status recorded a renewal a minute ago.
 			fls[i].held, fls[i].renewed, fls[i].reported = true, fls[i].next, start.Add(-time.Minute)
-			fls[i].next = fls[i].renewed.Add(s.renew)
+			// The first renewal of a grant the process did not write is
+			// spread between a quarter and all of the interval, as the
+			// controller spreads it (by a hash of the FencedLease there).
+			spread := 0.25 + 0.75*math.Mod(float64(i)*0.6180339887, 1)
+			fls[i].next = fls[i].renewed.Add(time.Duration(spread * float64(s.renew)))
 		}
 	}
 	free := make([]time.Time, s.workers)
@@ -270,10 +275,11 @@ func TestSimulatedStallIsRecoveredFrom(t *testing.T) {
 // TestSimulatedRestartUnderHeldGrantsExpiresNothing: a process that
 // starts under 900 held grants, at 90 % of what its workers can renew at
 // the longest interval, has measured nothing: its renewals start at the
-// spec's interval, twice what it can make. They run into their slack
-// within the first renew interval, which stretches them at once, and the
-// status records none of them until the load is measured: no grant
-// expires, and the 600 waiting FencedLeases stay waiting.
+// spec's interval, twice what it can make. Their first round is spread
+// over the interval, they run into their slack within it, which stretches
+// them at once, and the status records none of them until the load is
+// measured: no grant expires, and the 600 waiting FencedLeases stay
+// waiting.
 func TestSimulatedRestartUnderHeldGrantsExpiresNothing(t *testing.T) {
 	s := overCapacity()
 	s.slowFrom = time.Hour

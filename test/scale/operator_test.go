@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,7 +58,12 @@ type operator struct {
 	done    chan struct{}
 	metrics string
 	started time.Time
+	// seq counts the processes started by this test binary, from 0.
+	seq int
 }
+
+// started counts the operator processes started.
+var started atomic.Int64
 
 func startOperator(t *testing.T, ctx context.Context, bin, kubeconfig string, extra ...string) *operator {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -66,7 +72,7 @@ func startOperator(t *testing.T, ctx context.Context, bin, kubeconfig string, ex
 	}
 	addr := l.Addr().String()
 	_ = l.Close()
-	op := &operator{out: &strings.Builder{}, done: make(chan struct{}), metrics: "http://" + addr + "/metrics"}
+	op := &operator{out: &strings.Builder{}, done: make(chan struct{}), metrics: "http://" + addr + "/metrics", seq: int(started.Add(1) - 1)}
 	args := append([]string{"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--enable-webhooks=false",
 		"--metrics-bind-address=" + addr, "--metrics-secure=false", "--health-probe-bind-address=0", "--namespace=default", "--zap-log-level=info"}, extra...)
 	// SCALE_OPERATOR_FLAGS adds flags, e.g. --concurrent-reconciles=32.
@@ -81,6 +87,11 @@ func startOperator(t *testing.T, ctx context.Context, bin, kubeconfig string, ex
 	t.Cleanup(func() {
 		op.stop()
 		if f := os.Getenv("SCALE_OPERATOR_LOG"); f != "" {
+			// One file per process: the first as named, the restarted ones
+			// with .1, .2, ... appended.
+			if n := op.seq; n > 0 {
+				f = fmt.Sprintf("%s.%d", f, n)
+			}
 			_ = os.WriteFile(f, []byte(op.output()), 0o644)
 		}
 		if t.Failed() {
