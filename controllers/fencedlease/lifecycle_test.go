@@ -20,10 +20,13 @@ import (
 func TestTwoContendersStartTogether(t *testing.T) {
 	f := newFixture(t)
 	f.startManager(testenv.ManagerOptions{})
-	f.fencedLease("db", nil)
-	// Both become ready at the same second: the tie is broken by name.
+	// Both became ready at the same second: the tie is broken by name. They
+	// are there before the FencedLease, so that its first grant sees both:
+	// created after it, one after the other, the first could be granted
+	// before the second was ready, as a lone candidate.
 	f.readyPod("b", time.Minute)
 	f.readyPod("a", time.Minute)
+	f.fencedLease("db", nil)
 
 	pod, fence := f.waitHolder("db")
 	f.g.Expect(pod).To(Equal("a"))
