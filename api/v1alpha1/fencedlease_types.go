@@ -154,15 +154,17 @@ type FencedLeaseStatus struct {
 	AcquireTime *metav1.MicroTime `json:"acquireTime,omitempty"`
 
 	// renewTime is when the current grant was last renewed, as recorded
-	// here: every renewal, except while the operator is under load, when a
-	// renewal is recorded at most every 5 minutes and the Lease's renewTime
-	// is the current one.
+	// here: a renewal that changes nothing else is recorded at most every
+	// minute (the operator's --status-renewal-interval), and at most every
+	// 5 minutes while the operator is under load. The Lease's renewTime is
+	// the current one.
 	// +optional
 	RenewTime *metav1.MicroTime `json:"renewTime,omitempty"`
 
 	// expireTime is when the current grant expires unless renewed after
-	// renewTime. It is for people: the operator judges expiry on its own
-	// monotonic clock.
+	// renewTime; it may be past while the Lease shows later renewals. It is
+	// for people: the operator judges expiry on its own monotonic clock, and
+	// kubectl fence status shows the time left from the Lease.
 	// +optional
 	ExpireTime *metav1.MicroTime `json:"expireTime,omitempty"`
 

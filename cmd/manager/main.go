@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -38,6 +39,7 @@ type flags struct {
 	enableWebhooks             bool
 	webhook                    setup.WebhookOptions
 	workers                    int
+	statusRenewalInterval      time.Duration
 	cacheWholePods             bool
 	tokenSecret                string
 	certs                      certs.Options
@@ -64,6 +66,8 @@ func parseFlags() (flags, zap.Options) {
 	flag.BoolVar(&f.enableHTTP2, "enable-http2", false, "Serve the webhook and metrics over HTTP/2 as well (off because of HTTP/2 rapid-reset attacks).")
 	flag.BoolVar(&f.enableWebhooks, "enable-webhooks", true, "Serve the admission webhooks (fencing of protected ConfigMaps and Secrets, token injection into pods).")
 	flag.IntVar(&f.workers, "concurrent-reconciles", fencedlease.DefaultWorkers, "How many FencedLeases are reconciled at once. Renewals always go first, whatever the load.")
+	flag.DurationVar(&f.statusRenewalInterval, "status-renewal-interval", fencedlease.DefaultStatusRenewalInterval,
+		"How often, at most, a renewal that changes nothing else is recorded in a FencedLease's status (renewTime, expireTime); the Lease records every renewal. 0 records every one, at the API server's cost. While the operator stretches renewals under load, at most every 5m whatever this is.")
 	flag.BoolVar(&f.cacheWholePods, "cache-whole-pods", false, "Cache whole pods instead of only the fields the operator reads (costs memory; for comparison).")
 	flag.StringVar(&f.tokenSecret, "webhook-token-secret", "",
 		"Secret (namespace/name) that keeps the random token in the webhooks' paths; created if missing. The webhooks are served only under <path>/<token>. Defaults to "+setup.DefaultTokenSecret+" in --namespace.")
@@ -132,6 +136,9 @@ func run(f flags) error {
 	if f.webhook.TokenSecret, err = parseSecret(f.tokenSecret); err != nil {
 		return fmt.Errorf("check flags: %w", err)
 	}
+	if f.statusRenewalInterval < 0 {
+		return fmt.Errorf("check flags: --status-renewal-interval=%s: want 0 or more", f.statusRenewalInterval)
+	}
 	var tlsOpts []func(*tls.Config)
 	tlsOpts = append(tlsOpts, func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 })
 	if !f.enableHTTP2 {
@@ -182,7 +189,7 @@ func run(f flags) error {
 	if err != nil {
 		return fmt.Errorf("set up the check of the fencing webhook's coverage: %w", err)
 	}
-	if err := setup.Add(mgr, setup.Options{Workers: f.workers, Protection: protection}); err != nil {
+	if err := setup.Add(mgr, setup.Options{Workers: f.workers, StatusRenewalInterval: f.statusRenewalInterval, Protection: protection}); err != nil {
 		return fmt.Errorf("set up the operator: %w", err)
 	}
 	if f.enableWebhooks {

@@ -38,6 +38,14 @@ const DefaultPendingGrace = 2 * time.Second
 // same 1,000 were all held 53 s after a cold start (docs/benchmarks.md).
 const DefaultWorkers = 32
 
+// DefaultStatusRenewalInterval is how often the operator's command records,
+// at most, a renewal that changes nothing else in a FencedLease's status:
+// the Lease carries every renewal, the status the grant (design.md). A
+// status patch costs the API server about five times a Lease update, and
+// recording every renewal of 1,000 FencedLeases kept kube-apiserver busier
+// than one core.
+const DefaultStatusRenewalInterval = time.Minute
+
 // Reconciler reconciles FencedLeases against their Leases and pods.
 type Reconciler struct {
 	client.Client
@@ -51,6 +59,11 @@ type Reconciler struct {
 	PendingGrace time.Duration
 	// Workers: see DefaultWorkers.
 	Workers int
+	// StatusRenewalInterval is how often, at most, a renewal that changes
+	// nothing else is recorded in the status (DefaultStatusRenewalInterval
+	// is the command's default); 0 records every renewal. While renewals
+	// are stretched, at most every pace.ReportInterval whatever it is.
+	StatusRenewalInterval time.Duration
 	// Protection, if set, reports a FencedLease whose namespace the fencing
 	// webhook does not cover as Degraded (ProtectionUnavailable).
 	Protection ProtectionChecker

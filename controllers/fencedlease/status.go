@@ -61,7 +61,7 @@ func (r *Reconciler) computeStatus(ctx context.Context, s *scope) {
 	if s.lease != nil && (st.LeaseResourceVersion == "" || newer(s.lease.ResourceVersion, st.LeaseResourceVersion)) {
 		next := st.DeepCopy()
 		mirrorLease(next, s)
-		if !onlyRenewed(st, next) || pace.ReportsRenewal(timeOf(st.RenewTime), timeOf(next.RenewTime), r.reportingStretch()) {
+		if !onlyRenewed(st, next) || pace.ReportsRenewal(timeOf(st.RenewTime), timeOf(next.RenewTime), r.reportingStretch(), r.StatusRenewalInterval) {
 			*st = *next
 		}
 	}

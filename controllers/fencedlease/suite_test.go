@@ -197,7 +197,14 @@ func (f *fixture) poke(name string) {
 // renewal by that step. So "recently" is within the interval plus one step.
 func (f *fixture) advance(clock *clocktesting.FakePassiveClock, name string, total time.Duration) {
 	f.t.Helper()
-	const step = 5 * time.Second
+	f.advanceBy(clock, name, total, 5*time.Second)
+}
+
+// advanceBy is advance in steps of step. Steps of a second keep the
+// renewals on time as the pace measures them; steps of 5 s make each look
+// up to 5 s late, which stretches renewals.
+func (f *fixture) advanceBy(clock *clocktesting.FakePassiveClock, name string, total, step time.Duration) {
+	f.t.Helper()
 	for moved := time.Duration(0); moved < total; moved += step {
 		clock.SetTime(clock.Now().Add(step))
 		f.poke(name)

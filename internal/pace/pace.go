@@ -26,7 +26,8 @@ const (
 	// which renewals count as late whatever their share.
 	lateLimit = 0.1
 	// ReportInterval is how often, at most, a FencedLease's status records
-	// a renewal that changes nothing else while renewals are stretched. A
+	// a renewal that changes nothing else while renewals are stretched,
+	// whatever the operator is configured to record otherwise. A
 	// custom resource's status write costs the API server about five times
 	// a Lease write, and recording every renewal halved what one operator
 	// could hold; the Lease carries the renewals, as node Leases carry a
@@ -142,11 +143,15 @@ func Stretched(renew, lease time.Duration, s float64) time.Duration {
 }
 
 // ReportsRenewal tells whether a renewal at renewed that changes nothing
-// else is recorded in a status that last recorded one at reported, with
-// renewals stretched by stretch: every renewal while they are not, at most
-// one per ReportInterval while they are.
-func ReportsRenewal(reported, renewed time.Time, stretch float64) bool {
-	return stretch <= 0 || reported.IsZero() || renewed.Sub(reported) >= ReportInterval
+// else is recorded in a status that last recorded one at reported: once
+// every passed since then, and while renewals are stretched (stretch above
+// 0) once ReportInterval passed, if that is longer. every 0 records every
+// renewal while they are not stretched.
+func ReportsRenewal(reported, renewed time.Time, stretch float64, every time.Duration) bool {
+	if stretch > 0 {
+		every = max(every, ReportInterval)
+	}
+	return reported.IsZero() || renewed.Sub(reported) >= every
 }
 
 // Stretch is how far renew intervals are stretched now, from 0 to 1.

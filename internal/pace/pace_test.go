@@ -122,14 +122,20 @@ func TestRenewalsAreReportedEveryTimeUnlessStretched(t *testing.T) {
 		name              string
 		reported, renewed time.Time
 		stretch           float64
+		every             time.Duration
 		want              bool
 	}{
-		{"unstretched: every renewal", at, at.Add(5 * time.Second), 0, true},
-		{"stretched: not within the report interval", at, at.Add(ReportInterval - time.Second), 0.1, false},
-		{"stretched: once the report interval passed", at, at.Add(ReportInterval), 1, true},
-		{"stretched: a status that never recorded one", time.Time{}, at, 1, true},
+		{"unstretched, every 0: every renewal", at, at.Add(5 * time.Second), 0, 0, true},
+		{"unstretched: not within every", at, at.Add(59 * time.Second), 0, time.Minute, false},
+		{"unstretched: once every passed", at, at.Add(time.Minute), 0, time.Minute, true},
+		{"stretched: not within the report interval", at, at.Add(ReportInterval - time.Second), 0.1, 0, false},
+		{"stretched: the report interval wins over a shorter every", at, at.Add(ReportInterval - time.Second), 0.1, time.Minute, false},
+		{"stretched: a longer every wins over the report interval", at, at.Add(ReportInterval), 1, 2 * ReportInterval, false},
+		{"stretched: once the report interval passed", at, at.Add(ReportInterval), 1, time.Minute, true},
+		{"stretched: a status that never recorded one", time.Time{}, at, 1, time.Minute, true},
+		{"unstretched: a status that never recorded one", time.Time{}, at, 0, time.Hour, true},
 	} {
-		if got := ReportsRenewal(tc.reported, tc.renewed, tc.stretch); got != tc.want {
+		if got := ReportsRenewal(tc.reported, tc.renewed, tc.stretch, tc.every); got != tc.want {
 			t.Errorf("%s: ReportsRenewal = %v, want %v", tc.name, got, tc.want)
 		}
 	}

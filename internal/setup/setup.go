@@ -141,6 +141,8 @@ type Options struct {
 	// Workers is how many FencedLeases are reconciled at once; see
 	// fencedlease.DefaultWorkers.
 	Workers int
+	// StatusRenewalInterval: see fencedlease.Reconciler.
+	StatusRenewalInterval time.Duration
 	// WrapClient, if set, wraps the client of the controller (tests use it to
 	// inject faults such as a lost response).
 	WrapClient func(client.Client) client.Client
@@ -163,6 +165,8 @@ func Add(mgr ctrl.Manager, opts Options) error {
 		PendingGrace: opts.PendingGrace,
 		Workers:      opts.Workers,
 		Protection:   opts.Protection,
+
+		StatusRenewalInterval: opts.StatusRenewalInterval,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up FencedLease controller: %w", err)

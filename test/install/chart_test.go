@@ -379,6 +379,7 @@ func TestValuesSchemaRejectsBadValues(t *testing.T) {
 		{"certManager.enabled=yes", head + "- at '/certManager/enabled': got string, want boolean"},
 		{"certManager.issuerRef.kind=ClusterIssuer", head + "- at '/certManager/issuerRef': properties 'name' required, if 'kind' exists"},
 		{"metrics.serviceMonitor.interval=often", head + "- at '/metrics/serviceMonitor/interval': 'often' does not match pattern '^[0-9]+(ms|s|m|h)$'"},
+		{"statusRenewalInterval=often", head + "- at '/statusRenewalInterval': 'often' does not match pattern '^[0-9]+(ms|s|m|h)$'"},
 		{"replicas=2", head + "- at '': additional properties 'replicas' not allowed"},
 		{"podDisruptionBudget.minAvailable=2", "Error: execution error at (fencedlease/templates/pdb.yaml:4:4): podDisruptionBudget.minAvailable (2) must be less than replicaCount (2): otherwise no replica could ever be evicted, and node drains would block"},
 	} {
