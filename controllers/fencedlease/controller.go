@@ -102,6 +102,10 @@ type scope struct {
 	// re-grant waits behind the renewals (expiry.go); deferred when this
 	// reconcile found it so, and wrote nothing.
 	behind, deferred bool
+	// again is set when a pod changed under a write of this reconcile, or a
+	// publication waits for the caches: look again soon. Unlike stale, the
+	// status is still recorded.
+	again bool
 	// outcome is what the reconcile did, for the metrics.
 	outcome outcome
 }
@@ -152,9 +156,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		if err != nil {
 			retErr = kerrors.NewAggregate([]error{retErr, err})
 		}
-		if s.stale || requeue {
+		switch {
+		case retErr != nil:
+			// Retried with the controller's backoff; a requeue time
+			// would be ignored (and warned about).
+			result.RequeueAfter = 0
+			r.retries.settled(s.key)
+		case s.stale || s.again || requeue:
 			result = soonest(result, ctrl.Result{RequeueAfter: r.retries.next(s.key)})
-		} else {
+		default:
 			r.retries.settled(s.key)
 		}
 		r.recordMetrics(s)

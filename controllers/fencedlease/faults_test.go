@@ -2,7 +2,9 @@ package fencedlease_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -295,4 +297,58 @@ func TestFenceRegressionRefusesToGrant(t *testing.T) {
 	f.g.Expect(f.lease("db").Annotations[fencingv1alpha1.LeaseAnnotationState]).To(Equal("revoked"))
 	f.g.Expect(f.lease("db").Annotations[fencingv1alpha1.AnnotationFence]).To(Equal(strconv.FormatInt(fence, 10)), "no new grant was written")
 	f.g.Expect(f.checker.Published()).To(Equal([]int64{fence}))
+}
+
+// TestPodWritesThatConflictAreLookedAtAgain: the API server answers the
+// operator's first write to each pod, and its first two publications of the
+// holder, with a conflict (the pod changed after it was read: the kubelet or
+// another controller wrote it), and applies nothing. The standby's marking
+// before the first publication wakes the operator through its watch; before
+// the second, the standby is marked already, no watch event follows, and
+// the next renewal is 100 s away: the operator looks again by itself, soon,
+// and publishes the holder well within the test's 30 s.
+func TestPodWritesThatConflictAreLookedAtAgain(t *testing.T) {
+	f := newFixture(t)
+	var mu sync.Mutex
+	refused := map[string]bool{}
+	refuseOnce := func(key string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		first := !refused[key]
+		refused[key] = true
+		return first
+	}
+	wrap := func(c client.Client) client.Client {
+		return testenv.Intercept(c, interceptor.Funcs{
+			Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				switch obj.(type) {
+				case *corev1.Pod, *metav1.PartialObjectMetadata:
+					data, err := patch.Data(obj)
+					if err != nil {
+						return err
+					}
+					publishes := strings.Contains(string(data), `"`+fencingv1alpha1.AnnotationRole+`":"`+fencingv1alpha1.RoleHolder+`"`)
+					if refuseOnce(obj.GetName()) || (publishes && (refuseOnce("publication") || refuseOnce("publication again"))) {
+						return apierrors.NewConflict(corev1.Resource("pods"), obj.GetName(), errors.New("the object has been modified"))
+					}
+				}
+				return cl.Patch(ctx, obj, patch, opts...)
+			},
+		})
+	}
+	f.startManager(testenv.ManagerOptions{Options: setup.Options{WrapClient: wrap}})
+	f.readyPod("a", time.Hour)
+	f.readyPod("b", time.Minute)
+	f.fencedLease("db", func(fl *fencingv1alpha1.FencedLease) { fl.Spec.LeaseDurationSeconds = 300 })
+	pod, fence := f.waitHolder("db")
+	f.g.Expect(pod).To(Equal("a"))
+	f.g.Eventually(func() string {
+		role, _ := f.published("b")
+		return role
+	}).WithTimeout(timeout).WithPolling(poll).Should(Equal(fencingv1alpha1.RoleStandby))
+	f.g.Expect(f.holders()).To(Equal([]string{"a"}))
+	f.g.Expect(f.get("db").Status.Fence).To(Equal(fence))
+	mu.Lock()
+	defer mu.Unlock()
+	f.g.Expect(refused).To(And(HaveKey("a"), HaveKey("b"), HaveKey("publication again")))
 }

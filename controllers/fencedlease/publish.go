@@ -3,14 +3,17 @@ package fencedlease
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -90,10 +93,33 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) (ctrl.Result, 
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) > 0 {
-		return ctrl.Result{}, fmt.Errorf("publish to the pods of FencedLease %s: %v", klog.KObj(s.fl), errs)
+	return ctrl.Result{}, podErrors(ctx, s, errs)
+}
+
+// errLookAgain marks a publication that must wait for the caches to catch
+// up: the grant moved on, or its pod does not carry the lease's label yet.
+var errLookAgain = errors.New("looking again soon")
+
+// podErrors is the outcome of the pod writes of a reconcile. A pod that
+// changed under a write (a conflict: the kubelet, another controller or
+// another replica wrote it after the read) and a publication that must wait
+// are the protocol at work, not failures: the FencedLease is looked at again
+// soon, with the status still recorded. Anything else is an error.
+func podErrors(ctx context.Context, s *scope, errs []error) error {
+	var failed []error
+	for _, err := range errs {
+		if !apierrors.IsConflict(err) && !errors.Is(err, errLookAgain) {
+			failed = append(failed, err)
+		}
 	}
-	return ctrl.Result{}, nil
+	if len(failed) > 0 {
+		return fmt.Errorf("publish to the pods of FencedLease %s: %w", klog.KObj(s.fl), kerrors.NewAggregate(failed))
+	}
+	if len(errs) > 0 {
+		ctrl.LoggerFrom(ctx).V(4).Info("A pod or the Lease changed under the pod writes; looking again", "err", kerrors.NewAggregate(errs).Error())
+		s.again = true
+	}
+	return nil
 }
 
 // publishable returns the holder pod and fence that may be published: the
@@ -157,7 +183,7 @@ func (r *Reconciler) publishHolder(ctx context.Context, s *scope, target *corev1
 		if p := publicationOf(&list.Items[i], s.fl.Name); p.IsHolder() && p.Fence > fence {
 			// A newer grant is published already: ours is not current.
 			s.stale = true
-			return fmt.Errorf("pod %s holds fence %d, newer than fence %d", list.Items[i].Name, p.Fence, fence)
+			return fmt.Errorf("pod %s holds fence %d, newer than fence %d: %w", list.Items[i].Name, p.Fence, fence, errLookAgain)
 		}
 	}
 	for i := range list.Items {
@@ -172,7 +198,7 @@ func (r *Reconciler) publishHolder(ctx context.Context, s *scope, target *corev1
 		}
 	}
 	if live == nil {
-		return fmt.Errorf("pod %s does not carry the label %s=%s yet; publishing fence %d later", klog.KObj(target), fencingv1alpha1.LabelLease, s.fl.Name, fence)
+		return fmt.Errorf("pod %s does not carry the label %s=%s yet; publishing fence %d later: %w", klog.KObj(target), fencingv1alpha1.LabelLease, s.fl.Name, fence, errLookAgain)
 	}
 	if p := publicationOf(live, s.fl.Name); p.IsHolder() && p.Fence == fence {
 		return nil // published already; the cache had not seen it
@@ -199,7 +225,7 @@ func (r *Reconciler) confirmGrant(ctx context.Context, s *scope, uid types.UID, 
 	}
 	if v := leaseView(live); v.State != holder.StateHeld || v.HolderUID != uid || v.Fence != fence {
 		s.stale = true
-		return fmt.Errorf("lease %s moved on before fence %d was published", klog.KObj(live), fence)
+		return fmt.Errorf("lease %s moved on before fence %d was published: %w", klog.KObj(live), fence, errLookAgain)
 	}
 	return nil
 }
