@@ -65,6 +65,20 @@ func newPlugin(t *testing.T, ns string) *plugin {
 	return &plugin{t: t, kubeconfig: file}
 }
 
+// as is the plugin acting as user (impersonated by the test's admin).
+func (p *plugin) as(user string) *plugin {
+	kc, err := clientcmd.LoadFromFile(p.kubeconfig)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	kc.AuthInfos["admin"].Impersonate = user
+	file := filepath.Join(p.t.TempDir(), "kubeconfig-"+user)
+	if err := clientcmd.WriteToFile(*kc, file); err != nil {
+		p.t.Fatal(err)
+	}
+	return &plugin{t: p.t, kubeconfig: file}
+}
+
 // run runs kubectl fence with --kubeconfig and --context test.
 func (p *plugin) run(args ...string) (string, error) {
 	var out bytes.Buffer
@@ -81,12 +95,18 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T) *fixture {
+	return newFixtureWith(t, setup.Options{})
+}
+
+// newFixtureWith starts the operator with opts.
+func newFixtureWith(t *testing.T, opts setup.Options) *fixture {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	g := NewWithT(t)
 	ns, err := testenv.Namespace(ctx, env.Client, "plugin")
 	g.Expect(err).NotTo(HaveOccurred())
 	m, err := testenv.StartManager(ctx, operatorConfig, testenv.ManagerOptions{
+		Options:        opts,
 		Namespace:      ns,
 		Webhooks:       &env.WebhookInstallOptions,
 		WebhookOptions: setup.WebhookOptions{OperatorUsers: []string{testenv.OperatorUser}},
@@ -165,6 +185,43 @@ func TestStatus(t *testing.T) {
 	var buf bytes.Buffer
 	err = run(f.ctx, []string{"--kubeconfig", f.p.kubeconfig, "status"}, &buf)
 	f.g.Expect(err).To(MatchError(ContainSubstring("127.0.0.1:1")), "without --context the kubeconfig's current context is used")
+}
+
+// TestStatusAllNamespacesReadsLeasesWhereTheFencedLeasesAre: a user who
+// may list FencedLeases in every namespace but read Leases only in their own
+// gets the time left from the Lease with -A too. The plugin reads Leases
+// from the namespaces of the FencedLeases it lists, not from the whole
+// cluster (one Lease per node in kube-node-lease, leader elections in
+// kube-system), which that user may not list. The operator records a
+// renewal alone in the status once an hour here, so after a lease duration
+// the status alone says the grant expired.
+func TestStatusAllNamespacesReadsLeasesWhereTheFencedLeasesAre(t *testing.T) {
+	f := newFixtureWith(t, setup.Options{StatusRenewalInterval: time.Hour})
+	f.pod("a", time.Hour)
+	f.lease("db", fencingv1alpha1.TakeoverSafe)
+	_, fence := f.holder("db")
+	user := "viewer-" + f.ns
+	f.g.Expect(env.Client.Create(f.ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{fencingv1alpha1.GroupVersion.Group}, Resources: []string{"fencedleases"}, Verbs: []string{"list"}}}})).To(Succeed())
+	f.g.Expect(env.Client.Create(f.ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}})).To(Succeed())
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user}})
+		_ = env.Client.Delete(context.Background(), &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}})
+	})
+	f.g.Expect(env.Client.Create(f.ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "leases"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"list"}}}})).To(Succeed())
+	f.g.Expect(env.Client.Create(f.ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "leases"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "leases"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}})).To(Succeed())
+	viewer := f.p.as(user)
+
+	// The lease is 3 s: past it, only the Lease shows the renewals.
+	time.Sleep(4 * time.Second)
+	out, err := viewer.run("status", "-A")
+	f.g.Expect(err).NotTo(HaveOccurred())
+	f.g.Expect(out).To(MatchRegexp(`(?m)^%s\s+db\s+a\s+%d\s+[0-3]s\s`, f.ns, fence), "the time left from the Lease")
 }
 
 // TestHandoff: under Safe takeover the request revokes the holder's grant

@@ -54,7 +54,7 @@ func status(ctx context.Context, o options, out io.Writer) error {
 		_, err := fmt.Fprintf(out, "No FencedLeases %s.\n", where)
 		return err
 	}
-	leases := leasesOf(ctx, c, opts)
+	leases := leasesOf(ctx, c, list.Items)
 	sort.Slice(list.Items, func(i, j int) bool {
 		a, b := list.Items[i], list.Items[j]
 		return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
@@ -84,17 +84,27 @@ func holderName(fl *fencingv1alpha1.FencedLease) string {
 	return fl.Status.Holder.PodName
 }
 
-// leasesOf reads the Leases of the FencedLeases listed with opts, by name.
-// A user who may not read Leases gets none: the expiry then comes from the
-// status alone.
-func leasesOf(ctx context.Context, c client.Client, opts []client.ListOption) map[types.NamespacedName]*coordinationv1.Lease {
-	var list coordinationv1.LeaseList
-	if err := c.List(ctx, &list, opts...); err != nil {
-		return nil
-	}
-	out := make(map[types.NamespacedName]*coordinationv1.Lease, len(list.Items))
-	for i := range list.Items {
-		out[client.ObjectKeyFromObject(&list.Items[i])] = &list.Items[i]
+// leasesOf reads the Leases of the FencedLeases, by name, from their
+// namespaces only: a cluster has Leases in other namespaces that are none of
+// ours (one per node in kube-node-lease), and a user who may list
+// FencedLeases everywhere may read Leases only where they work. Where the
+// user may not read Leases, the expiry comes from the status alone.
+func leasesOf(ctx context.Context, c client.Client, fls []fencingv1alpha1.FencedLease) map[types.NamespacedName]*coordinationv1.Lease {
+	out := map[types.NamespacedName]*coordinationv1.Lease{}
+	seen := map[string]bool{}
+	for i := range fls {
+		ns := fls[i].Namespace
+		if seen[ns] {
+			continue
+		}
+		seen[ns] = true
+		var list coordinationv1.LeaseList
+		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			continue
+		}
+		for j := range list.Items {
+			out[client.ObjectKeyFromObject(&list.Items[j])] = &list.Items[j]
+		}
 	}
 	return out
 }
