@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/fencedlease/fencedlease/internal/certs"
@@ -47,7 +46,7 @@ func MetricsServer(o MetricsOptions) metricsserver.Options {
 		SecureServing:  true,
 		CertDir:        o.CertDir,
 		TLSOpts:        o.TLSOpts,
-		FilterProvider: filters.WithAuthenticationAndAuthorization,
+		FilterProvider: metricsAuth,
 	}
 }
 
