@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -16,6 +19,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	rules "github.com/fencedlease/fencedlease/internal/fencing"
+	"github.com/fencedlease/fencedlease/internal/holder"
 )
 
 // Handle decides one admission request and counts the decision: in
@@ -60,6 +64,12 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 			}
 			d = rules.Decide(r, lease, true, h.Principals)
 		}
+		if d.Reason == rules.ReasonUnknownFence && fl != nil {
+			if d, err = h.decideOnLease(ctx, r, d, fl); err != nil {
+				log.Error(err, "Cannot read the Lease of the FencedLease from the API server")
+				return admission.Errored(http.StatusInternalServerError, err), resultError, reasonReadError
+			}
+		}
 	}
 	h.report(ctx, r, d, fl)
 	if !d.Allowed {
@@ -86,6 +96,37 @@ func checkResource(req admission.Request) error {
 			req.Resource.String(), req.Kind.String())
 	}
 	return nil
+}
+
+// decideOnLease decides again a write whose fence is newer than the one the
+// FencedLease's status records, as the API server has it: the grant may be
+// committed on the Lease and its status patch not applied yet. With holder
+// renewal the holder learns of its grant from the Lease, and may write in
+// the milliseconds before the status records it. A grant committed on the
+// Lease is as much a record as the status (the Lease that a FencedLease
+// controls is written only by the operator, and by the holder for its
+// renewTime and release alone: config/policy), so the write is decided on
+// it when the Lease, read from the API server, is controlled by the
+// FencedLease and holds a committed grant with exactly this fence. The other
+// checks stand: the caller must be the pod that the grant names, and the
+// stored fence order was checked already. Anything else keeps the denial.
+func (h *Handler) decideOnLease(ctx context.Context, r rules.Request, d rules.Decision, fl *fencingv1alpha1.FencedLease) (rules.Decision, error) {
+	l := &coordinationv1.Lease{}
+	if err := h.APIReader.Get(ctx, client.ObjectKeyFromObject(fl), l); err != nil {
+		if apierrors.IsNotFound(err) {
+			return d, nil
+		}
+		return d, fmt.Errorf("get Lease %s: %w", klog.KObj(fl), err)
+	}
+	ann := l.Annotations
+	uid := types.UID(ann[fencingv1alpha1.LeaseAnnotationHolderUID])
+	if !metav1.IsControlledBy(l, fl) || ann[fencingv1alpha1.LeaseAnnotationState] != holder.StateHeld ||
+		ann[fencingv1alpha1.AnnotationFence] != strconv.FormatInt(d.Fence, 10) || uid == "" {
+		return d, nil
+	}
+	ctrl.LoggerFrom(ctx).V(4).Info("Deciding on the grant committed on the Lease, newer than the status", "lease", klog.KObj(l), "fence", d.Fence)
+	committed := rules.Lease{Found: true, Fence: d.Fence, Holder: &rules.Holder{PodName: ptr.Deref(l.Spec.HolderIdentity, ""), PodUID: uid}}
+	return rules.Decide(r, committed, true, h.Principals), nil
 }
 
 // readLease reads the FencedLease that protects an object. A FencedLease that
