@@ -157,7 +157,7 @@ func (r *Reconciler) revoke(ctx context.Context, s *scope, view holder.Lease) er
 	s.lease = l
 	name := ptr.Deref(l.Spec.HolderIdentity, "")
 	r.grantEnded(ctx, s, name, view, held)
-	r.demoteHolder(ctx, s, view.HolderUID, view.Fence)
+	r.demoteHolder(ctx, s, view.HolderUID, view.Fence, 0)
 	return nil
 }
 
@@ -208,15 +208,23 @@ func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease) (ctr
 	if old.State == holder.StateReleased || (old.State == holder.StateHeld && (old.HolderUID != target.UID || s.plan.Cause != "")) {
 		r.grantEnded(ctx, s, oldName, old, held)
 	}
+	res, regressed := r.checkFence(ctx, s, l.ResourceVersion, floor, target.Name)
+	fence, _ := holder.FenceFromResourceVersion(l.ResourceVersion)
 	if old.State == holder.StateHeld && old.HolderUID != target.UID {
 		// The Lease no longer names the old holder; tell it that it is a
-		// standby now.
-		r.demoteHolder(ctx, s, old.HolderUID, old.Fence)
+		// standby now, marked with the new grant: written after the grant,
+		// the mark is what step 3 of the grant's publication would write
+		// (publishHolder), which then leaves the pod alone, one write
+		// fewer on the way to the new holder.
+		mark := fence
+		if regressed {
+			mark = 0
+		}
+		r.demoteHolder(ctx, s, old.HolderUID, old.Fence, mark)
 	}
-	if res, regressed := r.checkFence(ctx, s, l.ResourceVersion, floor, target.Name); regressed {
+	if regressed {
 		return res, nil
 	}
-	fence, _ := holder.FenceFromResourceVersion(l.ResourceVersion)
 	l, err = r.commitGrant(ctx, l, fence)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -255,7 +263,7 @@ func (r *Reconciler) checkFence(ctx context.Context, s *scope, rv string, floor 
 // runs after the Lease write that ended the grant, on the version of the pod
 // the reconcile read. It is best effort: the pod may be gone or changed, and
 // the next reconcile, or the next publication, demotes it anyway.
-func (r *Reconciler) demoteHolder(ctx context.Context, s *scope, uid types.UID, fence int64) {
+func (r *Reconciler) demoteHolder(ctx context.Context, s *scope, uid types.UID, fence, grant int64) {
 	for _, pod := range s.pods.all() {
 		if pod.UID != uid {
 			continue
@@ -264,7 +272,7 @@ func (r *Reconciler) demoteHolder(ctx context.Context, s *scope, uid types.UID, 
 		if !s.pods.candidate(uid) {
 			action = holder.Clear
 		}
-		if err := r.writePod(ctx, s.fl, pod, action, 0, pod.ResourceVersion); err != nil {
+		if err := r.writePod(ctx, s.fl, pod, action, grant, pod.ResourceVersion); err != nil {
 			ctrl.LoggerFrom(ctx).Info("Cannot demote the old holder yet", "pod", pod.Name, "err", err.Error())
 			continue
 		}
