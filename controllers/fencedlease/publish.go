@@ -78,13 +78,21 @@ func parseFence(raw string) int64 {
 // through the live protocol of publishHolder.
 func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) (ctrl.Result, error) {
 	view := leaseView(s.lease)
+	// A standby is marked with the committed grant the Lease holds, if it
+	// holds one: that grant was written before the Lease was read, so the
+	// mark is what step 3 of the grant's publication would write, and that
+	// step leaves the pod alone (design.md, "Publishing").
+	mark := int64(0)
+	if view.State == holder.StateHeld {
+		mark = view.Fence
+	}
 	var errs []error
 	for _, pod := range s.pods.all() {
 		current := view.State == holder.StateHeld && pod.UID == view.HolderUID
 		action := holder.CachedPodAction(publicationOf(pod, s.fl.Name), s.fl.Name, s.pods.candidate(pod.UID), current, view)
 		// The action was decided on the pod as cached: it applies to that
 		// version only, never to a newer one the cache has not seen.
-		if err := r.writePod(ctx, s.fl, pod, action, 0, pod.ResourceVersion); err != nil {
+		if err := r.writePod(ctx, s.fl, pod, action, mark, pod.ResourceVersion); err != nil {
 			errs = append(errs, err)
 		}
 	}
