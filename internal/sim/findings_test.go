@@ -298,3 +298,55 @@ func TestPendingRegrantKeepsTheSafeWait(t *testing.T) {
 	second := holds(g, sc, "b")
 	g.Expect(second).To(BeNumerically(">", first))
 }
+
+// Step 3 of a publication must change every other labelled pod, even one
+// its cache cannot demote. Replica 1 publishes b's grant and pauses before
+// its last write, holding b's resourceVersion; replica 0, whose pod cache
+// lags behind a change to b, hands the lease over to c: its demotion of b
+// fails on the stale version, so only the marking of b in c's publication
+// changes b, and makes replica 1's late write fail. (A publication that
+// left a standby alone because it is a standby, whatever grant it is
+// marked with, published b next to c here.)
+func TestPublicationMarksAStandbyItsCacheCouldNotDemote(t *testing.T) {
+	sc, g := script(t, 2)
+	g.Expect(sc.FencedLease("db", app, immediate)).To(Succeed())
+	g.Expect(sc.Pod("a", "n0", app, 3*time.Hour)).To(Succeed())
+	g.Expect(sc.Pod("b", "n1", app, 2*time.Hour)).To(Succeed())
+	g.Expect(sc.Pod("c", "n2", app, time.Hour)).To(Succeed())
+	first := holds(g, sc, "a")
+
+	// Replica 0's pod cache stops before someone else changes b.
+	sc.Freeze(0, "Pod")
+	g.Expect(sc.Annotate("b", "example.com/touched", "1")).To(Succeed())
+
+	// a's node is lost; replica 1 grants b and records it.
+	g.Expect(sc.LoseNode("n0")).To(Succeed())
+	for i := 0; i < 5 && (status(g, sc, "db").Holder == nil || status(g, sc, "db").Holder.PodName != "b"); i++ {
+		sc.Reconcile(1, "db")
+	}
+	g.Expect(status(g, sc, "db").Holder.PodName).To(Equal("b"))
+	second := status(g, sc, "db").Fence
+	g.Expect(second).To(BeNumerically(">", first))
+
+	// Replica 1 goes through b's publication up to its last write.
+	sc.Start(1, "db")
+	g.Expect(sc.RunUntil(1, "db", "r1 patch Pod ns/b")).To(BeTrue(), "b's grant is confirmed current; its publication waits")
+
+	// A handoff is requested; replica 0 grants c, and its demotion of b
+	// fails on the stale version. Then its cache catches up and it
+	// publishes c.
+	g.Expect(sc.UpdateFencedLease("db", func(fl *fencingv1alpha1.FencedLease) {
+		if fl.Annotations == nil {
+			fl.Annotations = map[string]string{}
+		}
+		fl.Annotations[fencingv1alpha1.AnnotationHandoffRequestedAt] = "2026-12-01T10:00:00Z"
+	})).To(Succeed())
+	sc.Reconcile(0, "db")
+	g.Expect(ptr.Deref(lease(g, sc, "db").Spec.HolderIdentity, "")).To(Equal("c"))
+	g.Expect(sc.Trace()).To(ContainSubstring("r0 patch Pod ns/b\n  -> Operation cannot be fulfilled"), "the demotion of b failed")
+	sc.Thaw(0)
+	g.Expect(holds(g, sc, "c")).To(BeNumerically(">", second))
+
+	sc.Finish(1, "db")
+	g.Expect(sc.Holders("db")).To(Equal([]string{"c"}))
+}
