@@ -43,12 +43,17 @@ func (w *podWrites) wrap(c client.Client) client.Client {
 	})
 }
 
-func (w *podWrites) take() map[string]int {
+// counts is the writes of each pod so far.
+func (w *podWrites) counts() map[string]int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := maps.Clone(w.n)
+	return maps.Clone(w.n)
+}
+
+func (w *podWrites) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	clear(w.n)
-	return out
 }
 
 // TestEachPodIsWrittenOnceAGrantWhereItCan: a standby is marked with the
@@ -69,16 +74,16 @@ func TestEachPodIsWrittenOnceAGrantWhereItCan(t *testing.T) {
 	pod, fence := f.waitHolder("db")
 	f.g.Expect(pod).To(Equal("a"))
 	f.g.Eventually(func() string { return f.grantMark("b") }).WithTimeout(timeout).WithPolling(poll).Should(Equal(strconv.FormatInt(fence, 10)))
-	f.g.Consistently(func() map[string]int { w.mu.Lock(); defer w.mu.Unlock(); return maps.Clone(w.n) }).
-		WithTimeout(time.Second).WithPolling(poll).Should(Equal(map[string]int{"a": 2, "b": 1}), "the first grant's pod writes")
-	w.take()
+	f.g.Consistently(w.counts).WithTimeout(time.Second).WithPolling(poll).
+		Should(Equal(map[string]int{"a": 2, "b": 1}), "the first grant's pod writes")
+	w.reset()
 
 	f.g.Expect(testenv.SetContainersNotReady(f.ctx, f.c, a)).To(Succeed())
 	pod, next := f.waitNewHolder("db", fence)
 	f.g.Expect(pod).To(Equal("b"))
 	f.g.Eventually(func() string { return f.grantMark("a") }).WithTimeout(timeout).WithPolling(poll).Should(Equal(strconv.FormatInt(next, 10)))
-	f.g.Consistently(func() map[string]int { w.mu.Lock(); defer w.mu.Unlock(); return maps.Clone(w.n) }).
-		WithTimeout(time.Second).WithPolling(poll).Should(Equal(map[string]int{"a": 1, "b": 1}), "the takeover's pod writes")
+	f.g.Consistently(w.counts).WithTimeout(time.Second).WithPolling(poll).
+		Should(Equal(map[string]int{"a": 1, "b": 1}), "the takeover's pod writes")
 	f.g.Expect(f.holders()).To(Equal([]string{"b"}))
 }
 
