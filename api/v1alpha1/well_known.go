@@ -64,6 +64,11 @@ const (
 	// Finalizer lets the operator clear pod annotations and delete the Lease
 	// before a FencedLease goes away.
 	Finalizer = Prefix + "finalizer"
+
+	// LeaseFinalizer keeps a deleted Lease, the record of its grant, until
+	// that grant is over: the operator revokes it, waits as a takeover
+	// would, and only then lets the Lease go and re-creates it.
+	LeaseFinalizer = Prefix + "grant"
 )
 
 // Annotations the operator keeps on the coordination.k8s.io Lease. Together

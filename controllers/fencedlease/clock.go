@@ -35,6 +35,10 @@ type observation struct {
 	// or renewed itself: seen first after a restart, or written by another
 	// replica.
 	inherited bool
+	// dropped is the deleted Lease this process let go once its grant was
+	// over (decideDeleting), until a newer Lease is seen: the record of the
+	// Lease it re-creates.
+	dropped *coordinationv1.Lease
 }
 
 func newObservations(c clock.PassiveClock) *observations {
@@ -75,7 +79,7 @@ func (o *observations) observe(key types.NamespacedName, l *coordinationv1.Lease
 		renewed = true
 	}
 	if newer(l.ResourceVersion, obs.rv) {
-		obs.rv = l.ResourceVersion
+		obs.rv, obs.dropped = l.ResourceVersion, nil
 	}
 	if fence > obs.maxFence {
 		obs.maxFence = fence
@@ -141,6 +145,33 @@ func (o *observations) maxFence(key types.NamespacedName) int64 {
 		return obs.maxFence
 	}
 	return 0
+}
+
+// dropped records that this process let go of a deleted Lease whose grant
+// was over; l is the Lease as last written.
+func (o *observations) dropped(key types.NamespacedName, l *coordinationv1.Lease) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	obs := o.get(key)
+	obs.dropped = l.DeepCopy()
+	if newer(l.ResourceVersion, obs.rv) {
+		obs.rv = l.ResourceVersion
+	}
+}
+
+// over returns the Lease this process let go of once its grant was over, if
+// no newer Lease has been seen since, and forgets it: a Lease re-created
+// from it needs no wait for a grant that may still be in use.
+func (o *observations) over(key types.NamespacedName) *coordinationv1.Lease {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	obs := o.byKey[key]
+	if obs == nil {
+		return nil
+	}
+	l := obs.dropped
+	obs.dropped = nil
+	return l
 }
 
 // get returns the observation of key, creating it; o.mu must be held.

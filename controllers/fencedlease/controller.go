@@ -132,6 +132,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			r.forgetMetrics(req.NamespacedName)
 			r.retries.settled(req.NamespacedName)
 			r.expiries.forget(req.NamespacedName)
+			if err := r.releaseOrphan(ctx, req.NamespacedName); err != nil {
+				return ctrl.Result{}, err
+			}
 			return ctrl.Result{}, r.clearPods(ctx, req.Namespace, req.Name)
 		}
 		return ctrl.Result{}, err

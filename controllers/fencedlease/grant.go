@@ -9,6 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -113,6 +114,8 @@ func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result,
 		err = r.revoke(ctx, s, view)
 	case holder.Grant:
 		result, err = r.grant(ctx, s, view)
+	case holder.Drop:
+		err = r.drop(ctx, s)
 	}
 	if s.plan.Action == holder.Renew && err != nil {
 		s.outcome.renewFailed = holder.RenewalOperator
@@ -158,6 +161,20 @@ func (r *Reconciler) revoke(ctx context.Context, s *scope, view holder.Lease) er
 	name := ptr.Deref(l.Spec.HolderIdentity, "")
 	r.grantEnded(ctx, s, name, view, held)
 	r.demoteHolder(ctx, s, view.HolderUID, view.Fence, 0)
+	return nil
+}
+
+// drop lets go of a deleted Lease whose grant is over. The re-created Lease
+// is the next reconcile's: look again soon.
+func (r *Reconciler) drop(ctx context.Context, s *scope) error {
+	l, err := r.dropLease(ctx, s.lease)
+	if err != nil {
+		return err
+	}
+	r.observations.dropped(s.key, l)
+	s.lease = l
+	ctrl.LoggerFrom(ctx).Info("Let go of the deleted Lease: its grant is over", "lease", klog.KObj(l))
+	s.again = true
 	return nil
 }
 

@@ -45,6 +45,7 @@ func leaseView(l *coordinationv1.Lease) holder.Lease {
 		HolderUID: types.UID(l.Annotations[annotationHolderUID]),
 		Fence:     fenceAnnotation(l.Annotations),
 		Renewal:   l.Annotations[fencingv1alpha1.LeaseAnnotationRenewal],
+		Deleting:  l.DeletionTimestamp != nil,
 	}
 }
 
@@ -63,7 +64,9 @@ func fenceAnnotation(ann map[string]string) int64 {
 // a Lease deleted behind the operator's back is re-created from the newest
 // record as a revoked grant whenever a fence was ever recorded, so that
 // takeover Safe still waits a full lease duration, the last fence stays the
-// floor of the next one, and leaseTransitions never goes back.
+// floor of the next one, and leaseTransitions never goes back; a Lease this
+// process let go once its grant was over is re-created with no grant in
+// force.
 func (r *Reconciler) getOrCreateLease(ctx context.Context, fl *fencingv1alpha1.FencedLease) (*coordinationv1.Lease, error) {
 	key := types.NamespacedName{Namespace: fl.Namespace, Name: fl.Name}
 	l := &coordinationv1.Lease{}
@@ -81,7 +84,7 @@ func (r *Reconciler) getOrCreateLease(ctx context.Context, fl *fencingv1alpha1.F
 	if live.UID != fl.UID || live.DeletionTimestamp != nil {
 		return nil, errLeaseLagging // the cache lags behind a deletion
 	}
-	l = revokedLease(live, r.observations.maxFence(key))
+	l = revokedLease(live, r.observations.maxFence(key), r.observations.over(key))
 	if err := controllerutil.SetControllerReference(fl, l, r.Scheme()); err != nil {
 		return nil, fmt.Errorf("set owner of Lease %s: %w", klog.KObj(l), err)
 	}
@@ -98,17 +101,29 @@ func (r *Reconciler) getOrCreateLease(ctx context.Context, fl *fencingv1alpha1.F
 // revokedLease is the Lease of a FencedLease whose Lease is missing: free
 // when it never recorded a fence, otherwise a revoked grant carrying the last
 // fence and transition count (taking the operator's own memory into account).
-func revokedLease(fl *fencingv1alpha1.FencedLease, remembered int64) *coordinationv1.Lease {
-	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: fl.Namespace, Name: fl.Name, Annotations: map[string]string{}}}
+// over says that this process let the Lease go itself once its grant was
+// over (decideDeleting): the fence and count are kept, with no grant in
+// force. It carries the operator's finalizer.
+func revokedLease(fl *fencingv1alpha1.FencedLease, remembered int64, over *coordinationv1.Lease) *coordinationv1.Lease {
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: fl.Namespace, Name: fl.Name, Annotations: map[string]string{},
+		Finalizers: []string{fencingv1alpha1.LeaseFinalizer}}}
 	fence := holder.MaxFence(fl.Status.Fence, remembered)
-	if fence == 0 && fl.Status.Transitions == 0 {
+	transitions := fl.Status.Transitions
+	if over != nil {
+		fence = holder.MaxFence(fence, fenceAnnotation(over.Annotations))
+		transitions = max(transitions, ptr.Deref(over.Spec.LeaseTransitions, 0))
+	}
+	if fence == 0 && transitions == 0 {
 		return l
 	}
 	if fence > 0 {
 		l.Annotations[annotationFence] = strconv.FormatInt(fence, 10)
 	}
+	l.Spec.LeaseTransitions = ptr.To(transitions)
+	if over != nil {
+		return l
+	}
 	l.Annotations[annotationState] = holder.StateRevoked
-	l.Spec.LeaseTransitions = ptr.To(fl.Status.Transitions)
 	if h := fl.Status.Holder; h != nil {
 		l.Spec.HolderIdentity = ptr.To(h.PodName)
 		l.Annotations[annotationHolderUID] = string(h.PodUID)
@@ -130,6 +145,7 @@ func (r *Reconciler) adoptLease(ctx context.Context, fl *fencingv1alpha1.FencedL
 	}
 	adopted := l.DeepCopy()
 	adopted.OwnerReferences = nil
+	keepRecord(adopted)
 	if err := controllerutil.SetControllerReference(fl, adopted, r.Scheme()); err != nil {
 		return nil, fmt.Errorf("set owner of Lease %s: %w", klog.KObj(l), err)
 	}
@@ -148,8 +164,30 @@ func (r *Reconciler) updateLease(ctx context.Context, l *coordinationv1.Lease, w
 		next.Annotations = map[string]string{}
 	}
 	mutate(next)
+	keepRecord(next)
 	if err := r.Update(ctx, next); err != nil {
 		return nil, fmt.Errorf("%s on Lease %s: %w", what, klog.KObj(l), err)
+	}
+	return next, nil
+}
+
+// keepRecord gives a Lease the operator's finalizer (a Lease written before
+// there was one gets it with its next write), unless it is being deleted:
+// the API server adds no finalizer then.
+func keepRecord(l *coordinationv1.Lease) {
+	if l.DeletionTimestamp == nil {
+		controllerutil.AddFinalizer(l, fencingv1alpha1.LeaseFinalizer)
+	}
+}
+
+// dropLease lets a deleted Lease go once its grant is over: it removes the
+// operator's finalizer, as a compare-and-swap on the version that was
+// decided on. The Lease is then gone; the next reconcile re-creates it.
+func (r *Reconciler) dropLease(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	next := l.DeepCopy()
+	controllerutil.RemoveFinalizer(next, fencingv1alpha1.LeaseFinalizer)
+	if err := r.Update(ctx, next); err != nil {
+		return nil, fmt.Errorf("let go of deleted Lease %s: %w", klog.KObj(l), err)
 	}
 	return next, nil
 }
@@ -220,8 +258,55 @@ func (r *Reconciler) deleteLease(ctx context.Context, fl *fencingv1alpha1.Fenced
 	case !metav1.IsControlledBy(l, fl):
 		return nil
 	}
+	if err := r.releaseLease(ctx, l); err != nil {
+		return err
+	}
+	if l.DeletionTimestamp != nil {
+		return nil
+	}
 	if err := client.IgnoreNotFound(r.Delete(ctx, l, client.Preconditions{UID: &l.UID})); err != nil {
 		return fmt.Errorf("delete Lease %s: %w", klog.KObj(l), err)
 	}
 	return nil
+}
+
+// releaseLease removes the operator's finalizer from a Lease whose
+// FencedLease is being deleted or is gone: nothing can confirm its grant any
+// more. A merge patch of the finalizers alone, without a precondition, so
+// that a renewal does not make it conflict.
+func (r *Reconciler) releaseLease(ctx context.Context, l *coordinationv1.Lease) error {
+	if !controllerutil.ContainsFinalizer(l, fencingv1alpha1.LeaseFinalizer) {
+		return nil
+	}
+	base := l.DeepCopy()
+	controllerutil.RemoveFinalizer(l, fencingv1alpha1.LeaseFinalizer)
+	if err := client.IgnoreNotFound(r.Patch(ctx, l, client.MergeFrom(base))); err != nil {
+		return fmt.Errorf("remove finalizer from Lease %s: %w", klog.KObj(l), err)
+	}
+	return nil
+}
+
+// releaseOrphan lets go of a deleted Lease whose FencedLease is gone (its
+// finalizer removed by hand, so the operator never saw it deleting): the
+// garbage collector deleted the Lease, and only the operator's finalizer
+// keeps it. The FencedLease is confirmed gone on the API server first: a
+// lagging cache must not let go of a record still in use.
+func (r *Reconciler) releaseOrphan(ctx context.Context, key types.NamespacedName) error {
+	l := &coordinationv1.Lease{}
+	if err := r.Get(ctx, key, l); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	ref := metav1.GetControllerOf(l)
+	if l.DeletionTimestamp == nil || ref == nil || ref.Kind != "FencedLease" || ref.Name != key.Name ||
+		!controllerutil.ContainsFinalizer(l, fencingv1alpha1.LeaseFinalizer) {
+		return nil
+	}
+	err := r.APIReader.Get(ctx, key, &fencingv1alpha1.FencedLease{})
+	switch {
+	case err == nil:
+		return nil
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("read FencedLease %s before letting go of its Lease: %w", key, err)
+	}
+	return r.releaseLease(ctx, l)
 }

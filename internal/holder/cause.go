@@ -31,11 +31,13 @@ const (
 	// CauseTerminated: the kubelet reported every container of the holder
 	// pod terminated.
 	CauseTerminated = "terminated"
+	// CauseLeaseDeleted: the Lease, the record of the grant, was deleted.
+	CauseLeaseDeleted = "lease_deleted"
 )
 
 // Causes lists every cause, for metrics that create their series up front.
 var Causes = []string{CauseDeleted, CauseNotReady, CauseNodeLost, CauseOverlap, CauseStoppedRenewing,
-	CauseExpired, CauseRotation, CauseManual, CauseReleased, CauseTerminated}
+	CauseExpired, CauseRotation, CauseManual, CauseReleased, CauseTerminated, CauseLeaseDeleted}
 
 // CauseOf is the cause of a loss for a candidate's Ineligible reason.
 func CauseOf(ineligible string) string {

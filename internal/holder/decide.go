@@ -54,6 +54,9 @@ type Lease struct {
 	Fence int64
 	// Renewal is the renewal mode the grant was made under.
 	Renewal string
+	// Deleting says that the Lease is being deleted: it is kept, by the
+	// operator's finalizer, until its grant is over.
+	Deleting bool
 }
 
 // Clock is what the operator saw of the current grant on its own monotonic
@@ -89,6 +92,9 @@ const (
 	Renew Action = "Renew"
 	// Revoke stops renewing the current grant: it ends when it expires.
 	Revoke Action = "Revoke"
+	// Drop lets a deleted Lease go once its grant is over (its finalizer is
+	// removed); the operator then re-creates it.
+	Drop Action = "Drop"
 	// Grant writes a fresh grant, with a new fence, to Plan.Target.
 	Grant Action = "Grant"
 )
@@ -136,6 +142,9 @@ const (
 // lease already expired (authority is not re-acquired silently: a lapsed
 // grant is replaced by a fresh one with a new fence).
 func Decide(in Input) Plan {
+	if in.Lease.Deleting {
+		return decideDeleting(in)
+	}
 	if in.HandoffRequested {
 		return decideHandoff(in)
 	}

@@ -350,3 +350,68 @@ func TestPublicationMarksAStandbyItsCacheCouldNotDemote(t *testing.T) {
 	sc.Finish(1, "db")
 	g.Expect(sc.Holders("db")).To(Equal([]string{"c"}))
 }
+
+// Finding 6 (seed 4941): with holder renewal, a grant committed on the Lease
+// whose status patch never lands is recorded on the Lease alone, and its
+// holder, which learns of it from the Lease, renews it. The Lease is
+// deleted, and the replica that reconciles next has never seen the grant.
+// The finalizer keeps the Lease, the record, until the grant is over: the
+// grant is revoked, and the Lease let go and re-created only once it
+// expired. (Deleted at once, the Lease was re-created free and b granted
+// while a's process still believed it held.)
+func TestDeletedLeaseKeepsAnUnrecordedGrant(t *testing.T) {
+	sc, g := script(t, 2)
+	g.Expect(sc.FencedLease("db", app, func(fl *fencingv1alpha1.FencedLease) {
+		fl.Spec.Renewal = fencingv1alpha1.RenewalHolder
+	})).To(Succeed())
+	g.Expect(sc.Pod("a", "n0", app, time.Hour)).To(Succeed())
+	g.Expect(sc.Pod("b", "n1", app, time.Minute)).To(Succeed())
+
+	// Replica 0 grants a and commits the grant; a renews it; the status
+	// patch is lost with the replica.
+	held := func() bool {
+		l := &coordinationv1.Lease{}
+		return sc.Get("db", l) == nil && l.Annotations[fencingv1alpha1.LeaseAnnotationState] == "held"
+	}
+	for i := 0; i < 5; i++ {
+		sc.Start(0, "db")
+		if sc.RunUntil(0, "db", "status patch") && held() {
+			break
+		}
+		sc.Finish(0, "db")
+	}
+	l := lease(g, sc, "db")
+	g.Expect(l.Annotations[fencingv1alpha1.LeaseAnnotationState]).To(Equal("held"))
+	g.Expect(ptr.Deref(l.Spec.HolderIdentity, "")).To(Equal("a"))
+	first, err := strconv.ParseInt(l.Annotations[fencingv1alpha1.AnnotationFence], 10, 64)
+	g.Expect(err).NotTo(HaveOccurred())
+	sc.Advance(time.Second)
+	g.Expect(sc.HolderRenews("a")).To(BeTrue(), "a's process believes it holds for 10s")
+	sc.Crash(0)
+	g.Expect(status(g, sc, "db").Fence).To(BeZero(), "the status never recorded the grant")
+
+	g.Expect(sc.DeleteLease("db")).To(Succeed())
+	g.Expect(sc.SetReady("a", false)).To(Succeed())
+	sc.Settle(1, "db", 5)
+	l = lease(g, sc, "db")
+	g.Expect(l.DeletionTimestamp).NotTo(BeNil(), "the finalizer keeps the deleted Lease")
+	g.Expect(l.Annotations[fencingv1alpha1.LeaseAnnotationState]).To(Equal("revoked"))
+	g.Expect(ptr.Deref(l.Spec.HolderIdentity, "")).To(Equal("a"))
+	g.Expect(sc.HolderRenews("a")).To(BeFalse(), "a's process sees the revocation")
+
+	sc.Advance(9 * time.Second) // of a 10s lease that replica 1 first saw at the deletion
+	sc.Settle(1, "db", 5)
+	g.Expect(sc.Holders("db")).To(BeEmpty())
+	g.Expect(lease(g, sc, "db").DeletionTimestamp).NotTo(BeNil())
+
+	sc.Advance(2 * time.Second)
+	sc.Settle(1, "db", 10)
+	l = lease(g, sc, "db")
+	g.Expect(l.DeletionTimestamp).To(BeNil(), "re-created")
+	g.Expect(l.Finalizers).To(ContainElement(fencingv1alpha1.LeaseFinalizer))
+	st := status(g, sc, "db")
+	g.Expect(st.Holder).NotTo(BeNil())
+	g.Expect(st.Holder.PodName).To(Equal("b"))
+	g.Expect(st.Fence).To(BeNumerically(">", first))
+	g.Expect(sc.Holders("db")).To(Equal([]string{"b"}))
+}

@@ -292,6 +292,21 @@ func (sc *Script) LoseNode(name string) error {
 	return w.write(n, w.c().Update(w.ctx, n))
 }
 
+// HolderRenews lets the process of a pod renew its own grant of Lease db
+// (holder renewal), as it reads the Lease now: it then believes it holds for
+// a lease duration. It reports whether the process renewed.
+func (sc *Script) HolderRenews(pod string) bool {
+	w := sc.s.world
+	p, l := &corev1.Pod{}, &coordinationv1.Lease{}
+	if w.c().Get(w.ctx, types.NamespacedName{Namespace: w.namespace, Name: pod}, p) != nil ||
+		w.c().Get(w.ctx, types.NamespacedName{Namespace: w.namespace, Name: "db"}, l) != nil ||
+		types.UID(l.Annotations[fencingv1alpha1.LeaseAnnotationHolderUID]) != p.UID {
+		return false
+	}
+	proc := sc.s.checker.procs.of(p.UID)
+	return w.holderRenew(l, p.UID, proc) && w.now().Before(proc.until)
+}
+
 // DeleteLease deletes the Lease of a FencedLease behind the operator's back.
 func (sc *Script) DeleteLease(name string) error {
 	w := sc.s.world

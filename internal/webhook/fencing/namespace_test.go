@@ -9,6 +9,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,6 +45,13 @@ func TestNamespaceDeletionCompletes(t *testing.T) {
 	f := newFixture(t)
 	f.startOperator(testenv.ManagerOptions{})
 	f.fencedLease("db")
+	// The Lease carries the operator's finalizer, which the deletion of the
+	// namespace must get past too.
+	f.g.Eventually(func(g Gomega) {
+		l := &coordinationv1.Lease{}
+		g.Expect(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "db"}, l)).To(Succeed())
+		g.Expect(l.Finalizers).To(ContainElement(fencingv1alpha1.LeaseFinalizer))
+	}).WithTimeout(30 * time.Second).Should(Succeed())
 	f.g.Expect(f.operator.Create(f.ctx, f.configMap("state", "db", "", "v1"))).To(Succeed())
 	f.g.Expect(f.operator.Create(f.ctx, f.secret("creds", "db", "", "s1"))).To(Succeed())
 	f.g.Expect(f.operator.Create(f.ctx, f.configMap("orphan", "gone", "", "v1"))).To(Succeed())
