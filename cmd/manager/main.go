@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -138,6 +139,14 @@ func run(f flags) error {
 	}
 	if f.statusRenewalInterval < 0 {
 		return fmt.Errorf("check flags: --status-renewal-interval=%s: want 0 or more", f.statusRenewalInterval)
+	}
+	limit, ok, err := setup.SoftMemoryLimit(os.Getenv)
+	if err != nil {
+		return fmt.Errorf("check the environment: %w", err)
+	}
+	if ok {
+		debug.SetMemoryLimit(limit)
+		log.Info("Set the Go runtime's soft memory limit to 90% of the container's", "bytes", limit)
 	}
 	var tlsOpts []func(*tls.Config)
 	tlsOpts = append(tlsOpts, func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 })

@@ -193,6 +193,8 @@ func TestChartDefaults(t *testing.T) {
 	g.Expect(c.Resources.Limits).To(HaveKey(corev1.ResourceMemory))
 	g.Expect(c.ReadinessProbe.HTTPGet.Path).To(Equal("/readyz"))
 	g.Expect(c.Env).To(ContainElement(HaveField("Name", "POD_NAMESPACE")))
+	g.Expect(c.Env).To(ContainElement(And(HaveField("Name", "FENCEDLEASE_MEMORY_LIMIT"),
+		HaveField("ValueFrom.ResourceFieldRef.Resource", "limits.memory"))), "the Go runtime's soft limit follows the container's")
 	g.Expect(args(c, "webhook-cert-rotation")).To(Equal([]string{"true"}))
 	g.Expect(args(c, "leader-elect")).To(BeEmpty())
 	g.Expect(c.Args).To(ContainElement("--leader-elect"))

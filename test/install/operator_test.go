@@ -142,7 +142,7 @@ func startOperator(t *testing.T, dep *appsv1.Deployment, webhookPort int) *opera
 		"--metrics-bind-address="+o.metricsAddr,
 	)
 	o.cmd = exec.Command(image.files[tmpl.Spec.Containers[0].Command[0]], args...)
-	o.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "POD_NAMESPACE="+dep.Namespace)
+	o.cmd.Env = append(append(os.Environ(), "KUBECONFIG="+kubeconfig), kubeletEnv(t, tmpl.Spec.Containers[0], dep.Namespace)...)
 	o.cmd.Stdout, o.cmd.Stderr = o.log, o.log
 	g.Expect(o.cmd.Start()).To(Succeed())
 	go func() {
@@ -377,6 +377,32 @@ func TestOperatorInstalledByTheChart(t *testing.T) {
 	// needs.
 	g.Expect(op.log.String()).NotTo(ContainSubstring("forbidden"))
 	g.Expect(op.log.String()).To(ContainSubstring(imageVersion), "the operator logs the version it was built with")
+	g.Expect(op.log.String()).To(ContainSubstring("Set the Go runtime's soft memory limit"), "the chart passes the memory limit")
+}
+
+// kubeletEnv is the environment the kubelet gives the container, from its
+// env: the values it sets itself and the downward API fields the chart
+// uses. Any other source fails the test, so that a new one is added here.
+func kubeletEnv(t *testing.T, c corev1.Container, namespace string) []string {
+	t.Helper()
+	var out []string
+	for _, e := range c.Env {
+		switch from := e.ValueFrom; {
+		case from == nil:
+			out = append(out, e.Name+"="+e.Value)
+		case from.FieldRef != nil && from.FieldRef.FieldPath == "metadata.namespace":
+			out = append(out, e.Name+"="+namespace)
+		case from.ResourceFieldRef != nil && from.ResourceFieldRef.Resource == "limits.memory":
+			limit := c.Resources.Limits.Memory()
+			if limit.IsZero() {
+				t.Fatalf("env %s: the container has no memory limit", e.Name)
+			}
+			out = append(out, fmt.Sprintf("%s=%d", e.Name, limit.Value()))
+		default:
+			t.Fatalf("env %s: a source the test does not resolve: %+v", e.Name, from)
+		}
+	}
+	return out
 }
 
 // allowWrites lets the pods of the namespace write ConfigMaps: RBAC lets
