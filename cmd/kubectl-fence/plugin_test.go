@@ -9,6 +9,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -185,6 +186,29 @@ func TestStatus(t *testing.T) {
 	var buf bytes.Buffer
 	err = run(f.ctx, []string{"--kubeconfig", f.p.kubeconfig, "status"}, &buf)
 	f.g.Expect(err).To(MatchError(ContainSubstring("127.0.0.1:1")), "without --context the kubeconfig's current context is used")
+}
+
+// TestStatusSaysTheLeaseIsDeleted: a deleted Lease stays while its grant
+// is revoked and runs out; the story says so.
+func TestStatusSaysTheLeaseIsDeleted(t *testing.T) {
+	f := newFixture(t)
+	f.pod("a", time.Hour)
+	fl := testenv.FencedLease(f.ns, "db", appLabels, func(fl *fencingv1alpha1.FencedLease) { fl.Spec.LeaseDurationSeconds = 60 })
+	f.g.Expect(env.Client.Create(f.ctx, fl)).To(Succeed())
+	f.holder("db")
+	out, err := f.p.run("status", "db")
+	f.g.Expect(err).NotTo(HaveOccurred())
+	f.g.Expect(out).NotTo(MatchRegexp(`(?m)^Lease:`))
+
+	l := &coordinationv1.Lease{}
+	f.g.Expect(env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "db"}, l)).To(Succeed())
+	f.g.Expect(env.Client.Delete(f.ctx, l)).To(Succeed())
+	f.g.Eventually(func(g Gomega) {
+		out, err := f.p.run("status", "db")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(MatchRegexp(`(?m)^Lease:\s+deleted \d+s ago; kept until its grant is over, then re-created\n`))
+		g.Expect(out).To(MatchRegexp(`Held:\s+False \(WaitingForExpiry\)`))
+	}).WithTimeout(timeout).Should(Succeed())
 }
 
 // TestStatusAllNamespacesReadsLeasesWhereTheFencedLeasesAre: a user who

@@ -191,6 +191,10 @@ func describe(ctx context.Context, c client.Client, o options, out io.Writer, na
 		l = nil // not readable: the status alone
 	}
 	fmt.Fprintf(w, "Expires:\t%s\n", expiresIn(fl, l, now))
+	if l != nil && l.DeletionTimestamp != nil {
+		fmt.Fprintf(w, "Lease:\tdeleted %s ago; kept until its grant is over, then re-created\n",
+			now.Sub(l.DeletionTimestamp.Time).Round(time.Second))
+	}
 	lease := time.Duration(fl.Spec.LeaseDurationSeconds) * time.Second
 	renew := lease / 3
 	if fl.Spec.RenewIntervalSeconds != nil {
