@@ -79,8 +79,13 @@ func main() {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		fail(err)
 	}
+	command := "make bench" + map[string]string{"full": " FULL=1"}[mode]
+	if *leases != "" || *cold > 0 || *only != "failover,admission,scale" {
+		// Not the configuration of make bench: the report names the run.
+		command = "go run ./hack/bench " + strings.Join(os.Args[1:], " ")
+	}
 	if !*render {
-		if err := run(dir, mode, p, strings.Split(*only, ",")); err != nil {
+		if err := run(dir, mode, command, p, strings.Split(*only, ",")); err != nil {
 			fail(err)
 		}
 	}

@@ -35,12 +35,12 @@ type job struct {
 	Load []float64 `json:"load"`
 }
 
-func run(dir, mode string, p plan, parts []string) error {
-	m := meta{Mode: mode, Command: "make bench" + map[string]string{"full": " FULL=1"}[mode], Started: time.Now().UTC(),
+func run(dir, mode, command string, p plan, parts []string) error {
+	m := meta{Mode: mode, Command: command, Started: time.Now().UTC(),
 		CPUs: runtime.NumCPU(), CPU: cpuModel(), Go: runtime.Version(), Steps: map[string]job{}}
 	if old, err := os.ReadFile(filepath.Join(dir, "meta.json")); err == nil {
 		_ = json.Unmarshal(old, &m) // a partial rerun keeps the steps already run
-		m.Mode = mode
+		m.Mode, m.Command = mode, command
 	}
 	save := func() error {
 		m.Ended = time.Now().UTC()
