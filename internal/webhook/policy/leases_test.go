@@ -38,10 +38,10 @@ func (f *fixture) lease(name string) *coordinationv1.Lease {
 // TestOwnedLease: the Lease a FencedLease owns is the record of its grants
 // and the floor of its next fence. Nobody but the operator creates one (a
 // forged Lease with a FencedLease owner would be adopted with its fence),
-// changes it, by update, JSON patch or server-side apply, or deletes it, one
-// by one or in a DELETECOLLECTION; break-glass users may delete it, the
-// garbage collector may orphan it. Leases that no FencedLease owns are left
-// alone.
+// changes it (its finalizer too), by update, JSON patch or server-side apply,
+// or deletes it, one by one or in a DELETECOLLECTION; break-glass users may
+// delete it, the garbage collector may orphan it. Leases that no FencedLease
+// owns are left alone.
 func TestOwnedLease(t *testing.T) {
 	f := newFixture(t)
 	owner := f.fencedLease()
@@ -68,6 +68,11 @@ func TestOwnedLease(t *testing.T) {
 			unown := client.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/ownerReferences"}]`))
 			expectDenied(g, c.c.Patch(f.ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db"}}, unown),
 				`leases.coordination.k8s.io "db"`, leaseDenied(f.ns, "db", c.user, changeIt))
+			// So is taking the operator's finalizer off: it keeps a deleted
+			// Lease, the record of its grant, until the grant is over.
+			unfinal := client.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`))
+			expectDenied(g, c.c.Patch(f.ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db"}}, unfinal),
+				`leases.coordination.k8s.io "db"`, leaseDenied(f.ns, "db", c.user, changeIt))
 			// A forged Lease that claims a FencedLease as its owner.
 			name := fmt.Sprintf("forged-%d", i)
 			forged := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name, OwnerReferences: []metav1.OwnerReference{ref},
@@ -90,6 +95,7 @@ func TestOwnedLease(t *testing.T) {
 	l := f.lease("db")
 	f.g.Expect(l.Annotations[fencingv1alpha1.AnnotationFence]).To(Equal(fmt.Sprint(f.fence)))
 	f.g.Expect(metav1.IsControlledBy(l, owner)).To(BeTrue())
+	f.g.Expect(l.Finalizers).To(ContainElement(fencingv1alpha1.LeaseFinalizer))
 	for i := range 3 {
 		f.g.Expect(apierrors.IsNotFound(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: fmt.Sprintf("forged-%d", i)}, &coordinationv1.Lease{}))).To(BeTrue())
 	}
@@ -98,7 +104,8 @@ func TestOwnedLease(t *testing.T) {
 	touch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"test.fencedlease.io/touched":"yes"}}}`))
 	f.g.Expect(f.operator.Patch(f.ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db"}}, touch)).To(Succeed())
 	// A break-glass user may delete it and nothing else; the operator
-	// re-creates it, keeping the floor.
+	// revokes its grant, lets it go once the grant is over, and re-creates
+	// it, keeping the floor.
 	bob := f.user(breakGlassUser)
 	expectDenied(f.g, bob.Patch(f.ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db"}}, touch),
 		`leases.coordination.k8s.io "db"`, leaseDenied(f.ns, "db", breakGlassUser, "change it"))
@@ -109,6 +116,7 @@ func TestOwnedLease(t *testing.T) {
 		g.Expect(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "db"}, l)).To(Succeed())
 		g.Expect(l.UID).NotTo(Equal(old.UID))
 		g.Expect(metav1.IsControlledBy(l, owner)).To(BeTrue())
+		g.Expect(l.Finalizers).To(ContainElement(fencingv1alpha1.LeaseFinalizer))
 		floor, err := strconv.ParseInt(l.Annotations[fencingv1alpha1.AnnotationFence], 10, 64)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(floor).To(BeNumerically(">=", f.fence))
