@@ -43,8 +43,11 @@ func TestChaos(t *testing.T) {
 	breakGlass, err := testenv.UserClient(env, breakGlassUser, "system:masters")
 	g.Expect(err).NotTo(HaveOccurred())
 
+	cleanup, err := testenv.UserClient(env, "system:serviceaccount:kube-system:generic-garbage-collector", "system:masters")
+	g.Expect(err).NotTo(HaveOccurred())
+
 	rec := NewRecorder()
-	w := &world{cfg: cfg, ctx: ctx, env: env, admin: env.Client, rec: rec, stop: make(chan struct{}), lost: map[string]bool{}}
+	w := &world{cfg: cfg, ctx: ctx, env: env, admin: env.Client, cleanup: cleanup, rec: rec, stop: make(chan struct{}), lost: map[string]bool{}}
 	g.Expect(w.setup()).To(Succeed())
 	checker, err := testenv.WatchHolders(ctx, env.Config, w.ns)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -61,6 +64,12 @@ func TestChaos(t *testing.T) {
 
 	progress := w.progress(t, 30*time.Second)
 	err = newInjector(w, ops).run(ctx, time.Now().Add(cfg.Duration))
+	if err == nil {
+		// Every fault has healed: every lease is held again, a deleted
+		// Lease too (re-created once its grant was over).
+		g.Eventually(func() []string { return w.unheld() }).WithTimeout(30*time.Second).WithPolling(100*time.Millisecond).
+			Should(BeEmpty(), "every lease has a holder again once the faults healed")
+	}
 	close(w.stop)
 	w.procs.Wait()
 	progress()

@@ -1,11 +1,11 @@
 // Package chaos runs the operator, with its webhooks, against a real
 // kube-apiserver and etcd while faults drawn from one seeded PRNG hit it:
 // pods deleted, containers not ready, nodes lost, the operator crashing, two
-// replicas without leader election, lost replies and lagging reads. Pods of
-// several FencedLeases run "holder processes" that act as their pod (with its
-// bound service-account token) and write protected ConfigMaps whenever they
-// believe they hold the lease, some of them after a pause with a fence that
-// may be stale.
+// replicas without leader election, lost replies, lagging reads and Leases
+// deleted (as the garbage collector may). Pods of several FencedLeases run
+// "holder processes" that act as their pod (with its bound service-account
+// token) and write protected ConfigMaps whenever they believe they hold the
+// lease, some of them after a pause with a fence that may be stale.
 //
 // One FencedLease is renewed by its holders (spec.renewal: Holder, takeover
 // Safe): its processes follow it with a pkg/fence Session acting as their

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fencedlease/fencedlease/test/testenv"
@@ -23,6 +25,7 @@ const (
 	faultSecond      = "second-replica"
 	faultLostReplies = "lost-replies"
 	faultReadLag     = "read-lag"
+	faultLeaseDelete = "lease-delete"
 )
 
 // faultKinds in the order of the first round (shuffled by the seed), with
@@ -33,7 +36,7 @@ var faultKinds = []struct {
 	weight int
 }{
 	{faultPodDelete, 4}, {faultNotReady, 4}, {faultNodeLost, 2}, {faultCrash, 1},
-	{faultSecond, 1}, {faultLostReplies, 2}, {faultReadLag, 2},
+	{faultSecond, 1}, {faultLostReplies, 2}, {faultReadLag, 2}, {faultLeaseDelete, 1},
 }
 
 // injector draws faults from the seeded PRNG until the deadline. Every
@@ -169,8 +172,24 @@ func (in *injector) plan(kind string) func(context.Context) error {
 			w.rec.Fault(faultReadLag, fmt.Sprintf("%s %T %s", r.name, lagKinds[kindIndex](), a))
 			return in.ops.freeze(r, kindIndex, a)
 		}
+	case faultLeaseDelete:
+		return func(ctx context.Context) error { return in.deleteLease(ctx, l) }
 	}
 	panic("unknown fault " + kind)
+}
+
+// deleteLease deletes the FencedLease's Lease, the record of its grant, as
+// the garbage collector or a break-glass user may (the admission policy lets
+// nobody else): the grant must end, and no other pod be granted while its
+// holder may still act on it.
+func (in *injector) deleteLease(ctx context.Context, l *lease) error {
+	w := in.w
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: l.Name}}
+	w.rec.Fault(faultLeaseDelete, l.Name)
+	if err := ignoreGone(w.cleanup.Delete(ctx, lease)); err != nil {
+		return fmt.Errorf("delete Lease %s: %w", l.Name, err)
+	}
+	return nil
 }
 
 // deletePod deletes the slot's pod as a node drain would: gracefully first

@@ -29,8 +29,11 @@ type world struct {
 	ctx   context.Context
 	env   *testenv.Env
 	admin client.Client
-	ns    string
-	rec   *Recorder
+	// cleanup deletes as the garbage collector, which the admission policy
+	// lets delete a FencedLease's Lease.
+	cleanup client.Client
+	ns      string
+	rec     *Recorder
 
 	// stop ends the holder processes between two operations (a write in
 	// flight completes, so that its outcome is known).
