@@ -135,12 +135,10 @@ func revokedLease(fl *fencingv1alpha1.FencedLease, remembered int64, over *coord
 // left by an earlier FencedLease of the same name is adopted (it carries the
 // fence floor); any other owner is a conflict.
 func (r *Reconciler) adoptLease(ctx context.Context, fl *fencingv1alpha1.FencedLease, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	ref := metav1.GetControllerOf(l)
-	if ref != nil && ref.UID == fl.UID {
+	if ref := metav1.GetControllerOf(l); ref != nil && ref.UID == fl.UID {
 		return l, nil
 	}
-	if ref == nil || ref.Kind != "FencedLease" || ref.Name != fl.Name ||
-		ref.APIVersion != fencingv1alpha1.GroupVersion.String() {
+	if !controlledByFencedLease(l, fl.Name) {
 		return nil, errLeaseNotOwned{lease: l}
 	}
 	adopted := l.DeepCopy()
@@ -153,6 +151,14 @@ func (r *Reconciler) adoptLease(ctx context.Context, fl *fencingv1alpha1.FencedL
 		return nil, fmt.Errorf("adopt Lease %s: %w", klog.KObj(l), err)
 	}
 	return adopted, nil
+}
+
+// controlledByFencedLease says whether a FencedLease named name, this one
+// or an earlier one of the same name, controls the Lease.
+func controlledByFencedLease(l *coordinationv1.Lease, name string) bool {
+	ref := metav1.GetControllerOf(l)
+	return ref != nil && ref.Kind == "FencedLease" && ref.Name == name &&
+		ref.APIVersion == fencingv1alpha1.GroupVersion.String()
 }
 
 // updateLease writes the Lease as a compare-and-swap: the resourceVersion it
@@ -296,8 +302,7 @@ func (r *Reconciler) releaseOrphan(ctx context.Context, key types.NamespacedName
 	if err := r.Get(ctx, key, l); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	ref := metav1.GetControllerOf(l)
-	if l.DeletionTimestamp == nil || ref == nil || ref.Kind != "FencedLease" || ref.Name != key.Name ||
+	if l.DeletionTimestamp == nil || !controlledByFencedLease(l, key.Name) ||
 		!controllerutil.ContainsFinalizer(l, fencingv1alpha1.LeaseFinalizer) {
 		return nil
 	}

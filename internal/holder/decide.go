@@ -240,8 +240,7 @@ func decideRevoked(in Input) Plan {
 	if in.Policy.Paused {
 		return Plan{Action: Wait, Waiting: WaitingPaused}
 	}
-	old, found := Find(in.Candidates, in.Lease.HolderUID)
-	if terminated := found && old.Terminated; in.Policy.Takeover != TakeoverImmediate && !terminated {
+	if in.Policy.Takeover != TakeoverImmediate && !holderTerminated(in) {
 		if left := untilExpiry(in); left > 0 {
 			return Plan{Action: Wait, Waiting: WaitingForExpiry, RequeueAfter: left}
 		}
@@ -267,7 +266,7 @@ func decidePending(in Input) Plan {
 	// was written, so a lease duration after this operator first saw the
 	// pending grant it has surely expired. A pod the kubelet reports
 	// terminated runs nothing, and needs no wait.
-	if pending, found := Find(in.Candidates, in.Lease.HolderUID); found && pending.Terminated {
+	if holderTerminated(in) {
 		return plan
 	}
 	if left := untilExpiry(in); left > 0 {
