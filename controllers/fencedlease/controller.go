@@ -135,7 +135,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			if err := r.releaseOrphan(ctx, req.NamespacedName); err != nil {
 				return ctrl.Result{}, err
 			}
-			return ctrl.Result{}, r.clearPods(ctx, req.Namespace, req.Name)
+			return ctrl.Result{}, r.clearPods(ctx, req.Namespace, req.Name, "")
 		}
 		return ctrl.Result{}, err
 	}

@@ -415,3 +415,34 @@ func TestDeletedLeaseKeepsAnUnrecordedGrant(t *testing.T) {
 	g.Expect(st.Fence).To(BeNumerically(">", first))
 	g.Expect(sc.Holders("db")).To(Equal([]string{"b"}))
 }
+
+// Finding 10: a FencedLease deleted and created again under the same name.
+// Replica 1's FencedLease cache saw the deletion and not the new one; its
+// pod cache is current. To replica 1 the FencedLease is gone, and it clears
+// the pods that carry its label: those of the new FencedLease, whose holder
+// then loses a fence it still holds, and is published it again. A replica
+// must clear only the pods of a FencedLease that the API server confirms
+// gone.
+func TestStaleReplicaLeavesARecreatedFencedLeasesPodsAlone(t *testing.T) {
+	sc, g := script(t, 2)
+	g.Expect(sc.FencedLease("db", app, immediate)).To(Succeed())
+	g.Expect(sc.Pod("a", "n0", app, time.Hour)).To(Succeed())
+	g.Expect(sc.Pod("b", "n1", app, time.Minute)).To(Succeed())
+	first := holds(g, sc, "a")
+
+	g.Expect(sc.DeleteFencedLease("db")).To(Succeed())
+	sc.Settle(0, "db", 5)
+	fl := &fencingv1alpha1.FencedLease{}
+	g.Expect(sc.Get("db", fl)).NotTo(Succeed(), "the operator let the FencedLease go")
+	sc.CatchUp(1)
+	sc.Freeze(1, "FencedLease") // replica 1 never sees the new one
+
+	g.Expect(sc.FencedLease("db", app, immediate)).To(Succeed())
+	second := holds(g, sc, "a")
+	g.Expect(second).To(BeNumerically(">", first))
+
+	sc.Reconcile(1, "db") // to replica 1, db is gone
+	g.Expect(sc.Holders("db")).To(Equal([]string{"a"}), "replica 1 cleared the holder of the new FencedLease")
+	sc.Settle(0, "db", 5)
+	g.Expect(sc.Holders("db")).To(Equal([]string{"a"}))
+}

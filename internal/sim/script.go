@@ -318,6 +318,18 @@ func (sc *Script) DeleteLease(name string) error {
 	return w.write(l, w.c().Delete(w.ctx, l))
 }
 
+// DeleteFencedLease deletes a FencedLease, as its user would; the operator's
+// finalizer keeps it until a replica lets it go.
+func (sc *Script) DeleteFencedLease(name string) error {
+	w := sc.s.world
+	fl := &fencingv1alpha1.FencedLease{}
+	if err := w.c().Get(w.ctx, types.NamespacedName{Namespace: w.namespace, Name: name}, fl); err != nil {
+		return err
+	}
+	sc.s.tracef("world: delete FencedLease %s", name)
+	return w.write(fl, w.c().Delete(w.ctx, fl))
+}
+
 // Get reads an object as the API server has it now.
 func (sc *Script) Get(name string, obj client.Object) error {
 	ns := sc.s.world.namespace
