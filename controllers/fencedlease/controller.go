@@ -76,6 +76,7 @@ type Reconciler struct {
 	retries   retries
 	expiries  expiries
 	tracks    leaseTracks
+	written   written
 }
 
 // scope is what one reconcile knows and decides about one FencedLease.
@@ -130,6 +131,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			// Gone: clear what a replica that had not seen the deletion may
 			// have written after the finalizer cleared it.
 			r.forgetMetrics(req.NamespacedName)
+			r.written.forget(req.NamespacedName)
 			r.retries.settled(req.NamespacedName)
 			r.expiries.forget(req.NamespacedName)
 			if err := r.releaseOrphan(ctx, req.NamespacedName); err != nil {
@@ -139,6 +141,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		}
 		return ctrl.Result{}, err
 	}
+	r.written.refresh(fl)
 	if !fl.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, fl)
 	}
@@ -148,7 +151,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	if !controllerutil.ContainsFinalizer(fl, fencingv1alpha1.Finalizer) {
 		base := fl.DeepCopy()
 		controllerutil.AddFinalizer(fl, fencingv1alpha1.Finalizer)
-		return ctrl.Result{}, r.Patch(ctx, fl, client.MergeFrom(base))
+		if err := r.Patch(ctx, fl, client.MergeFrom(base)); err != nil {
+			return ctrl.Result{}, err
+		}
+		r.written.remember(fl)
+		return ctrl.Result{}, nil
 	}
 
 	s := &scope{key: req.NamespacedName, fl: fl, recorded: *fl.Status.DeepCopy(), behind: r.expiries.has(req.NamespacedName)}

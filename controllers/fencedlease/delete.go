@@ -37,6 +37,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, fl *fencingv1alpha1.Fe
 	r.observations.forget(client.ObjectKeyFromObject(fl))
 	r.forgetMetrics(client.ObjectKeyFromObject(fl))
 	r.expiries.forget(client.ObjectKeyFromObject(fl))
+	r.written.forget(client.ObjectKeyFromObject(fl))
 	base := fl.DeepCopy()
 	controllerutil.RemoveFinalizer(fl, fencingv1alpha1.Finalizer)
 	if err := client.IgnoreNotFound(r.Patch(ctx, fl, client.MergeFrom(base))); err != nil {

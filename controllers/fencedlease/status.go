@@ -45,12 +45,15 @@ func (r *Reconciler) patchStatus(ctx context.Context, base *fencingv1alpha1.Fenc
 	switch {
 	case apierrors.IsConflict(err):
 		ctrl.LoggerFrom(ctx).V(4).Info("FencedLease changed under us; recording the status again")
+		r.written.forget(s.key)
 		return true, nil
 	case apierrors.IsNotFound(err):
+		r.written.forget(s.key)
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("patch status of FencedLease %s: %w", klog.KObj(s.fl), err)
 	}
+	r.written.remember(s.fl)
 	return false, nil
 }
 
