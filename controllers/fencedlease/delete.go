@@ -38,9 +38,17 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, fl *fencingv1alpha1.Fe
 	r.forgetMetrics(client.ObjectKeyFromObject(fl))
 	r.expiries.forget(client.ObjectKeyFromObject(fl))
 	r.written.forget(client.ObjectKeyFromObject(fl))
-	base := fl.DeepCopy()
+	// On this FencedLease only: a replica whose cache lags could be deleting
+	// one that is gone, and the name may stand for a new one now.
 	controllerutil.RemoveFinalizer(fl, fencingv1alpha1.Finalizer)
-	if err := client.IgnoreNotFound(r.Patch(ctx, fl, client.MergeFrom(base))); err != nil {
+	err := r.Patch(ctx, fl, finalizersPatch(fl))
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsInvalid(err):
+		ctrl.LoggerFrom(ctx).V(4).Info("The FencedLease is another one now; leaving its finalizer alone", "err", err.Error())
+		return nil
+	case err != nil:
 		return fmt.Errorf("remove finalizer from FencedLease %s: %w", klog.KObj(fl), err)
 	}
 	return nil

@@ -2,6 +2,7 @@ package fencedlease
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -278,18 +280,43 @@ func (r *Reconciler) deleteLease(ctx context.Context, fl *fencingv1alpha1.Fenced
 
 // releaseLease removes the operator's finalizer from a Lease whose
 // FencedLease is being deleted or is gone: nothing can confirm its grant any
-// more. A merge patch of the finalizers alone, without a precondition, so
-// that a renewal does not make it conflict.
+// more. A merge patch of the finalizers alone, without a resourceVersion, so
+// that a renewal does not make it conflict; but with the Lease's UID, which
+// the API server refuses to change: a Lease created since under the same
+// name, for a FencedLease of the same name created again, is another
+// object, and a replica whose cache still shows the old one must not take
+// the new one's finalizer.
 func (r *Reconciler) releaseLease(ctx context.Context, l *coordinationv1.Lease) error {
 	if !controllerutil.ContainsFinalizer(l, fencingv1alpha1.LeaseFinalizer) {
 		return nil
 	}
-	base := l.DeepCopy()
 	controllerutil.RemoveFinalizer(l, fencingv1alpha1.LeaseFinalizer)
-	if err := client.IgnoreNotFound(r.Patch(ctx, l, client.MergeFrom(base))); err != nil {
+	err := r.Patch(ctx, l, finalizersPatch(l))
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsInvalid(err):
+		ctrl.LoggerFrom(ctx).V(4).Info("The Lease is another one now; leaving its finalizer alone", "lease", klog.KObj(l), "err", err.Error())
+		return nil
+	case err != nil:
 		return fmt.Errorf("remove finalizer from Lease %s: %w", klog.KObj(l), err)
 	}
 	return nil
+}
+
+// finalizersPatch is a JSON merge patch that sets an object's finalizers to
+// what obj carries, on the object of obj's UID only: the API server refuses
+// a patch that would change a UID.
+func finalizersPatch(obj client.Object) client.Patch {
+	finalizers := obj.GetFinalizers()
+	if finalizers == nil {
+		finalizers = []string{}
+	}
+	data, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": obj.GetUID(), "finalizers": finalizers}})
+	if err != nil {
+		panic(err) // strings always marshal
+	}
+	return client.RawPatch(types.MergePatchType, data)
 }
 
 // releaseOrphan lets go of a deleted Lease whose FencedLease is gone (its

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"reflect"
 
@@ -12,8 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 )
@@ -66,12 +70,18 @@ func (c *replicaClient) Update(ctx context.Context, obj client.Object, opts ...c
 
 func (c *replicaClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 	return c.sim.write(ctx, c.rep, "patch", obj, func() error {
+		if err := c.sim.store.keepsUID(obj, patchedUID(obj, patch)); err != nil {
+			return err
+		}
 		return c.sim.store.head.Patch(context.Background(), obj, patch, opts...)
 	})
 }
 
 func (c *replicaClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
 	return c.sim.write(ctx, c.rep, "delete", obj, func() error {
+		if err := c.sim.store.deletesUID(obj, opts); err != nil {
+			return err
+		}
 		return c.sim.store.head.Delete(context.Background(), obj, opts...)
 	})
 }
@@ -194,4 +204,67 @@ func summary(obj client.Object) string {
 		return fmt.Sprintf("rv=%s holder=%q fence=%d transitions=%d leaseRV=%s", o.ResourceVersion, h, o.Status.Fence, o.Status.Transitions, o.Status.LeaseResourceVersion)
 	}
 	return "rv=" + obj.GetResourceVersion()
+}
+
+// keepsUID refuses a patch that would change the UID of the stored object,
+// as the API server does (metadata.uid is immutable): a patch that names the
+// UID of an object deleted since, on the one created under its name, fails.
+func (s *store) keepsUID(obj client.Object, uid types.UID) error {
+	if uid == "" {
+		return nil
+	}
+	stored := obj.DeepCopyObject().(client.Object)
+	if err := s.head.Get(context.Background(), client.ObjectKeyFromObject(obj), stored); err != nil {
+		return nil // the write itself reports what is missing
+	}
+	if stored.GetUID() == uid {
+		return nil
+	}
+	gvk, _ := apiutil.GVKForObject(obj, s.scheme)
+	return apierrors.NewInvalid(gvk.GroupKind(), obj.GetName(), field.ErrorList{
+		field.Invalid(field.NewPath("metadata", "uid"), uid, "field is immutable")})
+}
+
+// patchedUID is the UID a merge patch sets, if it names one and no
+// resourceVersion: a patch on a stale resourceVersion fails its optimistic
+// lock first, as an update on one does (the fake client's own check).
+func patchedUID(obj client.Object, patch client.Patch) types.UID {
+	if patch.Type() != types.MergePatchType {
+		return ""
+	}
+	data, err := patch.Data(obj)
+	if err != nil {
+		return ""
+	}
+	var p struct {
+		Metadata struct {
+			UID             types.UID `json:"uid"`
+			ResourceVersion string    `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(data, &p) != nil || p.Metadata.ResourceVersion != "" {
+		return ""
+	}
+	return p.Metadata.UID
+}
+
+// deletesUID checks a delete's UID precondition, which the fake client
+// ignores (it checks the resourceVersion one only), as the API server does:
+// a conflict when the object of that name is another one now.
+func (s *store) deletesUID(obj client.Object, opts []client.DeleteOption) error {
+	o := client.DeleteOptions{}
+	o.ApplyOptions(opts)
+	if o.Preconditions == nil || o.Preconditions.UID == nil {
+		return nil
+	}
+	stored := obj.DeepCopyObject().(client.Object)
+	if err := s.head.Get(context.Background(), client.ObjectKeyFromObject(obj), stored); err != nil {
+		return nil // the delete itself reports what is missing
+	}
+	if stored.GetUID() == *o.Preconditions.UID {
+		return nil
+	}
+	gvk, _ := apiutil.GVKForObject(obj, s.scheme)
+	return apierrors.NewConflict(schema.GroupResource{Group: gvk.Group, Resource: gvk.Kind}, obj.GetName(),
+		fmt.Errorf("precondition failed: UID in precondition: %s, UID in object meta: %s", *o.Preconditions.UID, stored.GetUID()))
 }

@@ -446,3 +446,47 @@ func TestStaleReplicaLeavesARecreatedFencedLeasesPodsAlone(t *testing.T) {
 	sc.Settle(0, "db", 5)
 	g.Expect(sc.Holders("db")).To(Equal([]string{"a"}))
 }
+
+// Finding 11: the same re-creation, seen by a replica whose caches still
+// show the old FencedLease being deleted. It finishes that deletion: it
+// lets go of the Lease and of the FencedLease by removing the operator's
+// finalizers, and both patches name only a name, so they landed on the new
+// Lease and the new FencedLease. Each must apply to the UID it was decided
+// on, and change nothing of the new ones.
+func TestStaleDeletionLeavesTheNewFinalizersAlone(t *testing.T) {
+	sc, g := script(t, 2)
+	g.Expect(sc.FencedLease("db", app, immediate)).To(Succeed())
+	g.Expect(sc.Pod("a", "n0", app, time.Hour)).To(Succeed())
+	g.Expect(sc.Pod("b", "n1", app, time.Minute)).To(Succeed())
+	holds(g, sc, "a")
+
+	g.Expect(sc.DeleteFencedLease("db")).To(Succeed())
+	sc.CatchUp(1)
+	sc.Freeze(1, "FencedLease", "Lease") // replica 1 sees db being deleted, with its Lease
+	sc.Settle(0, "db", 5)
+	g.Expect(sc.Get("db", &fencingv1alpha1.FencedLease{})).NotTo(Succeed(), "replica 0 let the FencedLease go")
+	g.Expect(sc.FencedLease("db", app, immediate)).To(Succeed())
+	fence := holds(g, sc, "a")
+
+	finalizers := func() ([]string, []string) {
+		fl, l := &fencingv1alpha1.FencedLease{}, &coordinationv1.Lease{}
+		g.Expect(sc.Get("db", fl)).To(Succeed())
+		g.Expect(sc.Get("db", l)).To(Succeed())
+		return fl.Finalizers, l.Finalizers
+	}
+	sc.Reconcile(1, "db") // finishes the old deletion, on its Lease as cached
+	fl, l := finalizers()
+	g.Expect(l).To(ContainElement(fencingv1alpha1.LeaseFinalizer), "replica 1 took the new Lease's finalizer")
+	current := lease(g, sc, "db")
+	g.Expect(current.DeletionTimestamp).To(BeNil(), "replica 1 deleted the new Lease")
+	g.Expect(fl).To(ContainElement(fencingv1alpha1.Finalizer))
+
+	sc.Thaw(1)
+	sc.Freeze(1, "FencedLease") // now the new Lease, but still the old FencedLease
+	sc.Reconcile(1, "db")
+	fl, l = finalizers()
+	g.Expect(fl).To(ContainElement(fencingv1alpha1.Finalizer), "replica 1 took the new FencedLease's finalizer")
+	g.Expect(l).To(ContainElement(fencingv1alpha1.LeaseFinalizer))
+	g.Expect(sc.Holders("db")).To(Equal([]string{"a"}))
+	g.Expect(status(g, sc, "db").Fence).To(Equal(fence))
+}

@@ -57,10 +57,13 @@ type Index struct {
 
 // store is the simulated API server. Writes go to controller-runtime's fake
 // client, which implements the API server's write semantics (preconditions on
-// resourceVersion and UID, merge patches, the status subresource, finalizers
-// and deletionTimestamp) with one global resourceVersion counter, as etcd's
-// revision. Every change is also recorded here with a store revision, so that
-// a cache can serve the state of any past revision.
+// resourceVersion, merge patches, the status subresource, finalizers and
+// deletionTimestamp) with one global resourceVersion counter, as etcd's
+// revision. Two checks of the API server that the fake client lacks are made
+// here: a patch that would change an object's UID is refused (keepsUID), and
+// a delete's UID precondition is checked (deletesUID). Every change is also
+// recorded here with a store revision, so that a cache can serve the state of
+// any past revision.
 type store struct {
 	scheme  *runtime.Scheme
 	head    client.Client
