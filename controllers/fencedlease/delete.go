@@ -45,7 +45,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, fl *fencingv1alpha1.Fe
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil
-	case apierrors.IsInvalid(err):
+	case otherUID(err):
 		ctrl.LoggerFrom(ctx).V(4).Info("The FencedLease is another one now; leaving its finalizer alone", "err", err.Error())
 		return nil
 	case err != nil:

@@ -295,7 +295,7 @@ func (r *Reconciler) releaseLease(ctx context.Context, l *coordinationv1.Lease) 
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil
-	case apierrors.IsInvalid(err):
+	case otherUID(err):
 		ctrl.LoggerFrom(ctx).V(4).Info("The Lease is another one now; leaving its finalizer alone", "lease", klog.KObj(l), "err", err.Error())
 		return nil
 	case err != nil:
@@ -317,6 +317,21 @@ func finalizersPatch(obj client.Object) client.Patch {
 		panic(err) // strings always marshal
 	}
 	return client.RawPatch(types.MergePatchType, data)
+}
+
+// otherUID tells whether a write failed because it named the UID of an
+// object that the name no longer stands for (metadata.uid is immutable).
+func otherUID(err error) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	for _, c := range status.Status().Details.Causes {
+		if c.Field == "metadata.uid" {
+			return true
+		}
+	}
+	return false
 }
 
 // releaseOrphan lets go of a deleted Lease whose FencedLease is gone (its

@@ -114,6 +114,7 @@ func TestPausedDeletionCannotTakeANewLeasesFinalizer(t *testing.T) {
 	})
 	f, err := finishesStaleDeletion(t, g)
 	f.g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "the patch on the old Lease's UID must fail, got %v", err)
+	f.g.Expect(err).To(MatchError(ContainSubstring("metadata.uid")))
 	f.g.Expect(f.lease("db").Finalizers).To(ContainElement(fencingv1alpha1.LeaseFinalizer))
 	f.g.Consistently(func() []string { return f.lease("db").Finalizers }).WithTimeout(2 * time.Second).
 		Should(ContainElement(fencingv1alpha1.LeaseFinalizer))
@@ -128,6 +129,7 @@ func TestPausedDeletionCannotTakeANewFencedLeasesFinalizer(t *testing.T) {
 	})
 	f, err := finishesStaleDeletion(t, g)
 	f.g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "the patch on the old FencedLease's UID must fail, got %v", err)
+	f.g.Expect(err).To(MatchError(ContainSubstring("metadata.uid")))
 	f.g.Expect(f.get("db").Finalizers).To(ContainElement(fencingv1alpha1.Finalizer))
 	f.g.Expect(f.get("db").DeletionTimestamp).To(BeNil())
 }
