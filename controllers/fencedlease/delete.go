@@ -40,18 +40,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, fl *fencingv1alpha1.Fe
 	r.written.forget(client.ObjectKeyFromObject(fl))
 	// On this FencedLease only: a replica whose cache lags could be deleting
 	// one that is gone, and the name may stand for a new one now.
-	controllerutil.RemoveFinalizer(fl, fencingv1alpha1.Finalizer)
-	err := r.Patch(ctx, fl, finalizersPatch(fl))
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case otherUID(err):
-		ctrl.LoggerFrom(ctx).V(4).Info("The FencedLease is another one now; leaving its finalizer alone", "err", err.Error())
-		return nil
-	case err != nil:
-		return fmt.Errorf("remove finalizer from FencedLease %s: %w", klog.KObj(fl), err)
-	}
-	return nil
+	return r.removeFinalizer(ctx, "FencedLease", fl, fencingv1alpha1.Finalizer)
 }
 
 // clearPods removes the label and annotations of a FencedLease from the pods

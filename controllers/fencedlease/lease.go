@@ -290,16 +290,23 @@ func (r *Reconciler) releaseLease(ctx context.Context, l *coordinationv1.Lease) 
 	if !controllerutil.ContainsFinalizer(l, fencingv1alpha1.LeaseFinalizer) {
 		return nil
 	}
-	controllerutil.RemoveFinalizer(l, fencingv1alpha1.LeaseFinalizer)
-	err := r.Patch(ctx, l, finalizersPatch(l))
+	return r.removeFinalizer(ctx, "Lease", l, fencingv1alpha1.LeaseFinalizer)
+}
+
+// removeFinalizer takes one of the operator's finalizers off obj, on the
+// object of obj's UID only (finalizersPatch). An object that is gone, or
+// that the name no longer stands for, has nothing left to let go.
+func (r *Reconciler) removeFinalizer(ctx context.Context, kind string, obj client.Object, finalizer string) error {
+	controllerutil.RemoveFinalizer(obj, finalizer)
+	err := r.Patch(ctx, obj, finalizersPatch(obj))
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil
 	case otherUID(err):
-		ctrl.LoggerFrom(ctx).V(4).Info("The Lease is another one now; leaving its finalizer alone", "lease", klog.KObj(l), "err", err.Error())
+		ctrl.LoggerFrom(ctx).V(4).Info("The "+kind+" is another one now; leaving its finalizer alone", "object", klog.KObj(obj), "err", err.Error())
 		return nil
 	case err != nil:
-		return fmt.Errorf("remove finalizer from Lease %s: %w", klog.KObj(l), err)
+		return fmt.Errorf("remove finalizer from %s %s: %w", kind, klog.KObj(obj), err)
 	}
 	return nil
 }

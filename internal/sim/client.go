@@ -213,12 +213,8 @@ func (s *store) keepsUID(obj client.Object, uid types.UID) error {
 	if uid == "" {
 		return nil
 	}
-	stored := obj.DeepCopyObject().(client.Object)
-	if err := s.head.Get(context.Background(), client.ObjectKeyFromObject(obj), stored); err != nil {
-		return nil // the write itself reports what is missing
-	}
-	if stored.GetUID() == uid {
-		return nil
+	if stored, found := s.storedUID(obj); !found || stored == uid {
+		return nil // a missing object is the patch's own error
 	}
 	gvk, _ := apiutil.GVKForObject(obj, s.scheme)
 	return apierrors.NewInvalid(gvk.GroupKind(), obj.GetName(), field.ErrorList{
@@ -257,14 +253,20 @@ func (s *store) deletesUID(obj client.Object, opts []client.DeleteOption) error 
 	if o.Preconditions == nil || o.Preconditions.UID == nil {
 		return nil
 	}
-	stored := obj.DeepCopyObject().(client.Object)
-	if err := s.head.Get(context.Background(), client.ObjectKeyFromObject(obj), stored); err != nil {
-		return nil // the delete itself reports what is missing
-	}
-	if stored.GetUID() == *o.Preconditions.UID {
-		return nil
+	stored, found := s.storedUID(obj)
+	if !found || stored == *o.Preconditions.UID {
+		return nil // a missing object is the delete's own error
 	}
 	gvk, _ := apiutil.GVKForObject(obj, s.scheme)
 	return apierrors.NewConflict(schema.GroupResource{Group: gvk.Group, Resource: gvk.Kind}, obj.GetName(),
-		fmt.Errorf("precondition failed: UID in precondition: %s, UID in object meta: %s", *o.Preconditions.UID, stored.GetUID()))
+		fmt.Errorf("precondition failed: UID in precondition: %s, UID in object meta: %s", *o.Preconditions.UID, stored))
+}
+
+// storedUID is the UID of the object stored under obj's name, if there is one.
+func (s *store) storedUID(obj client.Object) (types.UID, bool) {
+	stored := obj.DeepCopyObject().(client.Object)
+	if err := s.head.Get(context.Background(), client.ObjectKeyFromObject(obj), stored); err != nil {
+		return "", false
+	}
+	return stored.GetUID(), true
 }
