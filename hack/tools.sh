@@ -2,23 +2,23 @@
 # Builds the binaries the project needs from the Go module proxy and caches
 # them, version-keyed, under bin/. Nothing is downloaded from anywhere else.
 #
-#   hack/tools.sh control-plane   kube-apiserver, etcd, kubectl   -> bin/k8s/<version>/
+#   hack/tools.sh kubectl         kubectl alone (make verify's kustomize) -> bin/k8s/<version>/
+#   hack/tools.sh control-plane   kube-apiserver, etcd, etcdctl, etcdutl, kubectl   -> bin/k8s/<version>/
 #   hack/tools.sh cluster         + kube-controller-manager, kube-scheduler
 #   hack/tools.sh kwok            -> bin/tools/kwok-<version> (simulated nodes and pods)
 #   hack/tools.sh controller-gen  -> bin/tools/controller-gen-<version>
 #   hack/tools.sh golangci-lint   -> bin/tools/golangci-lint-<version>
 #   hack/tools.sh helm            -> bin/tools/helm-<version>
+#   hack/tools.sh versitygw       -> bin/tools/versitygw-<version> (the S3 server of the storage tests)
 #
-# Idempotent: a binary that is already there is not rebuilt.
+# The versions come from hack/versions.env. Idempotent: a binary that is
+# already there is not rebuilt.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-K8S_VERSION=${K8S_VERSION:-1.37.2}
-ETCD_VERSION=${ETCD_VERSION:-3.6.16}
-CONTROLLER_GEN_VERSION=${CONTROLLER_GEN_VERSION:-v0.23.0}
-GOLANGCI_LINT_VERSION=${GOLANGCI_LINT_VERSION:-v2.15.0}
-HELM_VERSION=${HELM_VERSION:-v3.22.0}
-KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
+# The versions: hack/versions.env, the one place that names them.
+# shellcheck source=hack/versions.env
+. "$root/hack/versions.env"
 k8s_dir="$root/bin/k8s/$K8S_VERSION"
 tools_dir="$root/bin/tools"
 
@@ -36,11 +36,22 @@ build_k8s() {
 	(cd "$root/hack/tools/k8s" && go build -o "$k8s_dir/" "${missing[@]}")
 }
 
+# build_etcd builds etcd and its tools from one module (hack/tools/etcd), so
+# that they are the same version: etcdctl (snapshots, members, leader moves)
+# and etcdutl (offline snapshot restore) serve the HA control plane of
+# test/cluster and its restore test.
 build_etcd() {
-	[ -x "$k8s_dir/etcd" ] && return 0
-	say "Building etcd v$ETCD_VERSION from the Go module proxy (about half a minute the first time)."
-	mkdir -p "$k8s_dir"
-	(cd "$root/hack/tools/etcd" && go build -o "$k8s_dir/etcd" go.etcd.io/etcd/server/v3)
+	local name pkg
+	for name in etcd etcdctl etcdutl; do
+		[ -x "$k8s_dir/$name" ] && continue
+		case $name in
+		etcd) pkg=go.etcd.io/etcd/server/v3 ;;
+		*) pkg=go.etcd.io/etcd/$name/v3 ;;
+		esac
+		say "Building $name v$ETCD_VERSION from the Go module proxy (about half a minute the first time)."
+		mkdir -p "$k8s_dir"
+		(cd "$root/hack/tools/etcd" && go build -o "$k8s_dir/$name" "$pkg")
+	done
 }
 
 # build_kwok builds kwok from its own tools module (hack/tools/kwok): the
@@ -52,6 +63,17 @@ build_kwok() {
 	say "Building kwok $KWOK_VERSION from the Go module proxy (about 2 minutes the first time)."
 	mkdir -p "$tools_dir"
 	(cd "$root/hack/tools/kwok" && go build -o "$out" sigs.k8s.io/kwok/cmd/kwok)
+}
+
+# build_versitygw builds the S3 server of the fenced-storage tests from its
+# own tools module (hack/tools/versitygw), which pins its dependencies apart
+# from the product's.
+build_versitygw() {
+	local out="$tools_dir/versitygw-$VERSITYGW_VERSION"
+	[ -x "$out" ] && return 0
+	say "Building versitygw $VERSITYGW_VERSION from the Go module proxy (about a minute and a half the first time)."
+	mkdir -p "$tools_dir"
+	(cd "$root/hack/tools/versitygw" && go build -o "$out" github.com/versity/versitygw/cmd/versitygw)
 }
 
 # go_install builds a Go command at a version into bin/tools/<name>-<version>.
@@ -66,6 +88,10 @@ go_install() {
 }
 
 case "${1:-}" in
+kubectl)
+	build_k8s kubectl
+	echo "$k8s_dir"
+	;;
 control-plane)
 	build_etcd
 	build_k8s kube-apiserver kubectl
@@ -88,12 +114,16 @@ kwok)
 	build_kwok
 	echo "$tools_dir/kwok-$KWOK_VERSION"
 	;;
+versitygw)
+	build_versitygw
+	echo "$tools_dir/versitygw-$VERSITYGW_VERSION"
+	;;
 helm)
 	go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
 	echo "$tools_dir/helm-$HELM_VERSION"
 	;;
 *)
-	echo "usage: $0 control-plane|cluster|kwok|controller-gen|golangci-lint|helm" >&2
+	echo "usage: $0 kubectl|control-plane|cluster|kwok|controller-gen|golangci-lint|helm|versitygw" >&2
 	exit 2
 	;;
 esac
