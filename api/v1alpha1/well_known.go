@@ -32,10 +32,18 @@ const (
 	// lock instead of making a second holder.
 	AnnotationGrant = Prefix + "grant"
 
-	// LabelProtectedBy marks a ConfigMap or Secret as protected by the
-	// FencedLease it names (in the same namespace): only the current holder
-	// may write it.
+	// LabelProtectedBy marks an object as protected by the FencedLease it
+	// names (in the same namespace): only the current holder may write it.
+	// Which resources are protected is the fencing webhook's configuration
+	// (ConfigMaps and Secrets by default).
 	LabelProtectedBy = Prefix + "protected-by"
+
+	// FieldManagerFence marks the fence that a write to a subresource of a
+	// protected object (status, scale) carries in its field manager: a
+	// subresource write cannot change the object's metadata, so it cannot
+	// carry the fence annotation. The field manager of such a write ends
+	// with it: "<manager>;fencedlease.io/fence=<N>".
+	FieldManagerFence = ";" + Prefix + "fence="
 
 	// LabelInject opts a pod in to the pod webhook, which mounts the token
 	// files into its containers.
@@ -68,7 +76,7 @@ const (
 	// LeaseFinalizer keeps a deleted Lease, the record of its grant, until
 	// that grant is over: the operator revokes it, waits as a takeover
 	// would, and only then lets the Lease go and re-creates it.
-	LeaseFinalizer = Prefix + "grant"
+	LeaseFinalizer = Prefix + "lease-record"
 )
 
 // Annotations the operator keeps on the coordination.k8s.io Lease. Together
@@ -77,7 +85,8 @@ const (
 	// LeaseAnnotationHolderUID is the UID of the pod named in holderIdentity.
 	LeaseAnnotationHolderUID = Prefix + "holder-uid"
 
-	// LeaseAnnotationState is the state of the grant: pending, held or revoked.
+	// LeaseAnnotationState is the state of the grant: pending, held, revoked
+	// or released.
 	LeaseAnnotationState = Prefix + "state"
 
 	// LeaseAnnotationRenewal is the renewal mode of the grant (Operator or
@@ -92,6 +101,27 @@ const (
 	// LeaseAnnotationRenewInterval is how often, in seconds, a holder that
 	// renews its own grant renews it.
 	LeaseAnnotationRenewInterval = Prefix + "renew-interval"
+
+	// LeaseAnnotationVouchedBy names the operator's heartbeat Lease
+	// (namespace/name) that keeps a held grant of renewal Operator valid:
+	// every renewal of the heartbeat renews every grant held that names it,
+	// and the grant's own Lease is written only when the grant changes and
+	// once every refresh interval (design.md, "A quiet lease").
+	LeaseAnnotationVouchedBy = Prefix + "vouched-by"
+
+	// LeaseAnnotationLeaseDuration is the FencedLease's lease duration in
+	// seconds, on a vouched grant: the wait of takeover Safe counts it from
+	// the grant's last renewal, its own or its heartbeat's. The Lease's
+	// spec.leaseDurationSeconds then covers the refresh interval too, so
+	// that a reader of the Lease alone never sees a held grant expired.
+	LeaseAnnotationLeaseDuration = Prefix + "lease-duration"
+
+	// HeartbeatAnnotationBeats on the operator's heartbeat Lease counts its
+	// renewals: a process that missed some of them can tell how many.
+	HeartbeatAnnotationBeats = Prefix + "beats"
+
+	// LabelHeartbeat marks the operator's heartbeat Lease.
+	LabelHeartbeat = Prefix + "heartbeat"
 )
 
 // Values of LeaseAnnotationState.

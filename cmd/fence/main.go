@@ -32,8 +32,8 @@ const usage = `Usage:
       (or auto, when the pod may read its Lease) fence run follows the Lease
       through the API server and, when the FencedLease has holder renewal,
       renews its grant itself, starts CMD only after its first renewal and
-      stops it at its own deadline, whatever the files and the API server
-      say. When CMD exits, or fence run is told to stop, it releases the
+      stops it by its own deadline, whatever the files and the API server
+      say: SIGTERM ahead of it, SIGKILL at it, whatever the grace period. When CMD exits, or fence run is told to stop, it releases the
       grant so that the next holder need not wait for it to expire.
   fence token [--dir D]
       Print the fencing token. Exit 0 on the holder, 1 on a standby, 2 when

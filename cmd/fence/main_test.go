@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,12 +15,16 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/fencedlease/fencedlease/pkg/fence/fencetest"
+	"github.com/fencedlease/fencedlease/test/harness"
 )
 
 // fenceBin is the fence binary built once for all tests.
 var fenceBin string
 
 func TestMain(m *testing.M) {
+	if harness.Short() {
+		os.Exit(harness.RunNone(m, harness.Binaries))
+	}
 	os.Exit(buildAndRun(m))
 }
 
@@ -47,24 +50,6 @@ const (
 	eventually = 20 * time.Second
 	poll       = 20 * time.Millisecond
 )
-
-// syncBuffer collects a process's output for failure messages.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // result is how a fence invocation ended.
 type result struct {

@@ -24,6 +24,13 @@ type holdership interface {
 	// Release tells the operator that the work under the grant with that
 	// fence has stopped; a no-op when nothing can be released.
 	Release(ctx context.Context, fence int64) error
+	// Deadline is when this pod's own validity of the grant with that fence
+	// ends (holder renewal; it moves on with every renewal), and lead how
+	// long before it the command is asked to stop; ok is false when there
+	// is none (the operator renews, and the files say when the grant ended).
+	// Changed is closed when the deadline may have moved.
+	Deadline(fence int64, grace time.Duration) (deadline time.Time, lead time.Duration, ok bool)
+	Changed() <-chan struct{}
 	Close() error
 }
 
@@ -32,10 +39,32 @@ type files struct{ *fence.Watcher }
 
 func (files) Release(context.Context, int64) error { return nil }
 
+func (files) Deadline(int64, time.Duration) (time.Time, time.Duration, bool) {
+	return time.Time{}, 0, false
+}
+
+func (files) Changed() <-chan struct{} { return nil }
+
 // lease learns holdership from a Session.
 type lease struct{ *fence.Session }
 
 func (l lease) Release(ctx context.Context, fence int64) error { return l.ReleaseGrant(ctx, fence) }
+
+// Deadline is the Session's deadline of the grant. The command is asked to
+// stop grace before it, but no earlier than half way between the next
+// renewal falling due and the deadline: a renewal that succeeds in time
+// moves the deadline on before the command is ever asked to stop.
+func (l lease) Deadline(fence int64, grace time.Duration) (time.Time, time.Duration, bool) {
+	d, ok := l.Session.Deadline(fence)
+	if !ok {
+		return time.Time{}, 0, false
+	}
+	lead := grace
+	if g, held := l.Current(); held && g.Fence == fence && g.HolderRenews {
+		lead = min(lead, max(g.Deadline.Sub(g.Renewed.Add(g.RenewInterval))/2, 0))
+	}
+	return d, lead, true
+}
 
 func (l lease) HolderContext(ctx context.Context) (context.Context, fence.Token, error) {
 	hctx, g, err := l.Session.HolderContext(ctx)
@@ -200,36 +229,101 @@ func (r *runner) supervise(hctx context.Context, tok fence.Token) (int, bool, er
 		close(exited)
 	}()
 
-	var kill <-chan time.Time
-	terminating, stopping := false, false
+	st := &stopping{}
 	lost := hctx.Done()
 	for {
+		soft, hard := r.deadline(tok.Fence, st)
 		select {
 		case <-exited:
+			soft.Stop()
+			hard.Stop()
 			// The command has exited: its work under this grant is over. Hand
 			// the grant over at once rather than let it expire, also when the
 			// operator revoked it (a pod being deleted is revoked at once);
 			// the release changes nothing when the Lease has moved on.
-			r.release(tok)
+			// The stop is said before the release, so that a reader of the
+			// log sees it ahead of whatever the release lets happen.
 			code := exitStatus(cmd.ProcessState)
-			if stopping && !terminating {
-				r.logf("%s stopped (%v); waiting for holdership", r.argv[0], cmd.ProcessState)
-				return code, false, nil
+			again := st.asked && !st.terminating
+			if again {
+				r.logf("%s (pid %d) stopped (%v); waiting for holdership", r.argv[0], cmd.Process.Pid, cmd.ProcessState)
 			}
-			return code, true, nil
+			r.release(tok)
+			return code, !again, nil
 		case sig := <-r.sigs:
-			terminating = true
+			st.terminating = true
 			r.signal(cmd, sig.(syscall.Signal))
 		case <-lost:
-			lost, stopping = nil, true
+			lost = nil
 			r.logf("%v; stopping %s (pid %d)", context.Cause(hctx), r.argv[0], cmd.Process.Pid)
-			r.signal(cmd, syscall.SIGTERM)
-			kill = time.After(r.grace)
-		case <-kill:
-			r.logf("%s did not stop within %v; killing it", r.argv[0], r.grace)
-			r.signal(cmd, syscall.SIGKILL)
+			st.ask(r, cmd, time.Now().Add(r.grace))
+		case <-soft.C:
+			r.logf("the grant with fence %d was not renewed and ends by this pod's clock at its deadline; stopping %s (pid %d)",
+				tok.Fence, r.argv[0], cmd.Process.Pid)
+			st.ask(r, cmd, time.Time{})
+		case <-hard.C:
+			if !st.killed {
+				st.killed = true
+				if deadline, _, ok := r.h.Deadline(tok.Fence, r.grace); ok && (st.killBy.IsZero() || deadline.Before(st.killBy)) {
+					r.logf("%s (pid %d) did not stop by the deadline of its grant; killing it", r.argv[0], cmd.Process.Pid)
+				} else {
+					r.logf("%s (pid %d) did not stop within %v; killing it", r.argv[0], cmd.Process.Pid, r.grace)
+				}
+				r.signal(cmd, syscall.SIGKILL)
+			}
+		case <-r.h.Changed():
 		}
+		soft.Stop()
+		hard.Stop()
 	}
+}
+
+// stopping is how far supervise got in stopping the command.
+type stopping struct {
+	// asked: SIGTERM was sent because holdership ended or is about to.
+	asked bool
+	// killBy is when SIGKILL follows, if the grant's deadline does not come
+	// first; zero: at the deadline.
+	killBy time.Time
+	// terminating: fence run itself was told to stop.
+	terminating bool
+	killed      bool
+}
+
+// ask sends SIGTERM once, and sets when SIGKILL follows.
+func (st *stopping) ask(r *runner, cmd *exec.Cmd, killBy time.Time) {
+	if st.asked {
+		return
+	}
+	st.asked, st.killBy = true, killBy
+	r.signal(cmd, syscall.SIGTERM)
+}
+
+// deadline arms the timers of a stop: soft fires when the command is to be
+// asked to stop (lead before the grant's deadline, with holder renewal),
+// hard when it is to be killed: a grace period after it was asked, and never
+// later than the deadline, past which another pod may hold the lease. With
+// the operator renewing there is no deadline, only the grace period after
+// the files said the grant ended.
+func (r *runner) deadline(fence int64, st *stopping) (soft, hard *time.Timer) {
+	never := func() *time.Timer {
+		t := time.NewTimer(time.Hour)
+		t.Stop()
+		return t
+	}
+	soft, hard = never(), never()
+	deadline, lead, ok := r.h.Deadline(fence, r.grace)
+	if ok && !st.asked {
+		soft = time.NewTimer(time.Until(deadline.Add(-lead)))
+	}
+	kill := st.killBy
+	if ok && (kill.IsZero() || deadline.Before(kill)) {
+		kill = deadline
+	}
+	if !kill.IsZero() && (st.asked || ok) && !st.killed {
+		hard = time.NewTimer(time.Until(kill))
+	}
+	return soft, hard
 }
 
 // release ends this pod's grant at once (with a Session, which logs what it

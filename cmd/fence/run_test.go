@@ -13,6 +13,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+
+	"github.com/fencedlease/fencedlease/test/harness"
 )
 
 // childScript logs "start TOKEN LEASE PID" and, on SIGTERM,
@@ -32,7 +34,7 @@ wait`
 type fenceRun struct {
 	cmd    *exec.Cmd
 	log    string
-	stderr *syncBuffer
+	stderr *harness.SyncBuffer
 	exited chan struct{}
 }
 
@@ -40,7 +42,7 @@ type fenceRun struct {
 // gets its own process group so that a test can pause it as a whole.
 func startRun(t *testing.T, dir, script string, env ...string) *fenceRun {
 	t.Helper()
-	r := &fenceRun{log: filepath.Join(t.TempDir(), "child.log"), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	r := &fenceRun{log: filepath.Join(t.TempDir(), "child.log"), stderr: &harness.SyncBuffer{}, exited: make(chan struct{})}
 	r.cmd = exec.Command(fenceBin, "run", "--dir", dir, "--renewal", "operator", "--grace-period", "500ms", "--poll-interval", "1s", "--", "/bin/sh", "-c", script)
 	r.cmd.Env = append(append(os.Environ(), "LOG="+r.log), env...)
 	r.cmd.Stdout, r.cmd.Stderr = r.stderr, r.stderr
@@ -178,7 +180,7 @@ func TestRunKillsAfterGracePeriod(t *testing.T) {
 	g.Eventually(func() bool { return processGone(pid) }).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
 	// The whole process group is killed, not only the child.
 	g.Eventually(func() bool { return processGone(grandchild) }).WithTimeout(eventually).WithPolling(poll).Should(BeTrue())
-	g.Expect(r.stderr.String()).To(ContainSubstring("fence: /bin/sh did not stop within 500ms; killing it"))
+	g.Expect(r.stderr.String()).To(ContainSubstring("fence: /bin/sh (pid " + strconv.Itoa(pid) + ") did not stop within 500ms; killing it"))
 	g.Expect(r.exited).NotTo(BeClosed())
 
 	g.Expect(k.Holder(11, "db")).To(Succeed())
@@ -216,7 +218,7 @@ func TestRunExitStatus(t *testing.T) {
 			}
 			cmd := exec.Command(fenceBin, append([]string{"run", "--dir", k.Dir(), "--"}, argv...)...)
 			cmd.Env = append(os.Environ(), "LOG="+log)
-			stderr := &syncBuffer{}
+			stderr := &harness.SyncBuffer{}
 			cmd.Stderr = stderr
 			g.Expect(cmd.Start()).To(Succeed())
 			done := make(chan error, 1)
@@ -352,7 +354,7 @@ func TestRunAutoFallsBackToTheFiles(t *testing.T) {
 	g.Expect(string(out)).To(Equal("fence: run: --renewal=holder: session: not running in a pod: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set\n"))
 
 	cmd := exec.Command(fenceBin, "run", "--dir", k.Dir(), "--", "true")
-	stderr := &syncBuffer{}
+	stderr := &harness.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	g.Expect(cmd.Start()).To(Succeed())
 	g.Eventually(stderr.String).WithTimeout(eventually).WithPolling(poll).Should(Equal(

@@ -36,6 +36,7 @@ func TestExplainRecognizesEveryDenial(t *testing.T) {
 		{rules.ReasonObjectFenceRegression, req(rules.Update, obj("db", fence("45")), obj("db", fence("44")), holder), rules.Lease{Found: true, Fence: 44, Holder: held.Holder}},
 		{rules.ReasonStaleFence, req(rules.Create, nil, obj("db", fence("40")), holder), held},
 		{rules.ReasonUnknownFence, req(rules.Create, nil, obj("db", fence("99")), holder), held},
+		{rules.ReasonUnknownFence, req(rules.Delete, obj("db", fence("99")), nil, holder), held},
 		{rules.ReasonLeaseNotFound, req(rules.Create, nil, obj("db", fence("41")), holder), rules.Lease{}},
 		{rules.ReasonNoHolder, req(rules.Create, nil, obj("db", fence("41")), holder), rules.Lease{Found: true, Fence: 41}},
 		{rules.ReasonNotHolder, req(rules.Create, nil, obj("db", fence("41")), standby), held},
@@ -45,7 +46,7 @@ func TestExplainRecognizesEveryDenial(t *testing.T) {
 	g := NewWithT(t)
 	covered := map[rules.Reason]bool{}
 	for _, tt := range tests {
-		d := rules.Decide(tt.r, tt.lease, true, rules.Principals{})
+		d := rules.Decide(tt.r, tt.lease, rules.Principals{})
 		g.Expect(d.Allowed).To(BeFalse(), "%s", tt.reason)
 		g.Expect(d.Reason).To(Equal(tt.reason), "the request of the case does not produce its reason")
 		msg := `admission webhook "protected.fencedlease.io" denied the request: ` + d.Message

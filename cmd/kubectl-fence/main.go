@@ -11,8 +11,6 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/fencedlease/fencedlease/internal/setup"
 )
 
 const usage = `kubectl fence: see and steer FencedLeases.
@@ -87,7 +85,11 @@ func run(ctx context.Context, argv []string, out io.Writer) error {
 		if err != nil {
 			return nil, fmt.Errorf("load the kubeconfig: %w", err)
 		}
-		c, err := client.New(cfg, client.Options{Scheme: setup.Scheme()})
+		scheme, err := newScheme()
+		if err != nil {
+			return nil, err
+		}
+		c, err := client.New(cfg, client.Options{Scheme: scheme})
 		if err != nil {
 			return nil, fmt.Errorf("connect to %s: %w", cfg.Host, err)
 		}

@@ -22,6 +22,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/setup"
+	"github.com/fencedlease/fencedlease/test/harness"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
@@ -101,6 +102,7 @@ func newFixture(t *testing.T) *fixture {
 
 // newFixtureWith starts the operator with opts.
 func newFixtureWith(t *testing.T, opts setup.Options) *fixture {
+	harness.Needs(t, harness.ControlPlane)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	g := NewWithT(t)
@@ -241,10 +243,20 @@ func TestStatusAllNamespacesReadsLeasesWhereTheFencedLeasesAre(t *testing.T) {
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}})).To(Succeed())
 	viewer := f.p.as(user)
 
-	// The lease is 3 s: past it, only the Lease shows the renewals.
-	time.Sleep(4 * time.Second)
+	// The lease is 3 s. Once the status's expireTime is 2 s past, the status
+	// alone says "expired 2s ago" or more, and only the Lease shows the
+	// renewals. The status's expireTime never goes back, so one that far
+	// past after the run was that far past during it.
+	expiredBy := func(at time.Time) bool {
+		fl := &fencingv1alpha1.FencedLease{}
+		f.g.Expect(env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "db"}, fl)).To(Succeed())
+		return fl.Status.ExpireTime != nil && fl.Status.ExpireTime.Add(2*time.Second).Before(at)
+	}
+	f.g.Eventually(func() bool { return expiredBy(time.Now()) }).WithTimeout(timeout).Should(BeTrue(), "the status alone says the grant expired")
+	ran := time.Now()
 	out, err := viewer.run("status", "-A")
 	f.g.Expect(err).NotTo(HaveOccurred())
+	f.g.Expect(expiredBy(ran)).To(BeTrue(), "the status said the grant expired 2s before the plugin ran")
 	f.g.Expect(out).To(MatchRegexp(`(?m)^%s\s+db\s+a\s+%d\s+[0-3]s\s`, f.ns, fence), "the time left from the Lease")
 }
 

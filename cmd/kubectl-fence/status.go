@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // status prints the FencedLeases of the namespace (or of all, or one).
@@ -243,7 +243,7 @@ func describe(ctx context.Context, c client.Client, o options, out io.Writer, na
 		if role == "" {
 			role = "-"
 		}
-		if _, err := strconv.ParseInt(fence, 10, 64); err != nil {
+		if _, err := record.ParseFence(fence); err != nil {
 			fence = "-"
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", p.Name, role, fence, orDash(p.Spec.NodeName), p.Status.Phase)

@@ -13,8 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -44,6 +42,7 @@ type flags struct {
 	cacheWholePods             bool
 	tokenSecret                string
 	certs                      certs.Options
+	heartbeat                  fencedlease.Heartbeat
 }
 
 func parseFlags() (flags, zap.Options) {
@@ -82,6 +81,11 @@ func parseFlags() (flags, zap.Options) {
 	flag.Func("break-glass-user", "User allowed to write protected objects without a token (repeatable); every such write is logged, recorded as an Event and counted.", appendTo(&f.webhook.BreakGlassUsers))
 	flag.Func("break-glass-group", "Group allowed to write protected objects without a token (repeatable); audited like --break-glass-user.", appendTo(&f.webhook.BreakGlassGroups))
 	opts := zap.Options{}
+	flag.DurationVar(&f.heartbeat.Interval, "heartbeat-interval", fencedlease.DefaultHeartbeatInterval,
+		"How often the operator renews its heartbeat Lease, which renews every grant of renewal Operator whose lease duration is at least four intervals; 0 renews each grant on its own Lease instead (design.md, \"A quiet lease\").")
+	flag.DurationVar(&f.heartbeat.Refresh, "heartbeat-refresh", fencedlease.DefaultHeartbeatRefresh,
+		"How often the Lease of a grant the heartbeat renews is written all the same, so that it says the grant is alive to a reader of that Lease alone.")
+	flag.StringVar(&f.heartbeat.Name, "heartbeat-name", fencedlease.DefaultHeartbeatName, "Name of the heartbeat Lease, in --namespace.")
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	if f.leaderElectionNamespace == "" {
@@ -91,6 +95,8 @@ func parseFlags() (flags, zap.Options) {
 		f.namespace = setup.DefaultNamespace
 	}
 	f.certs.Namespace = f.namespace
+	f.heartbeat.Namespace = f.namespace
+	f.heartbeat.Identity, _ = os.Hostname()
 	if f.tokenSecret == "" {
 		f.tokenSecret = f.namespace + "/" + setup.DefaultTokenSecret
 	}
@@ -104,13 +110,6 @@ func parseSecret(v string) (types.NamespacedName, error) {
 		return types.NamespacedName{}, fmt.Errorf("--webhook-token-secret=%q: want namespace/name", v)
 	}
 	return types.NamespacedName{Namespace: ns, Name: name}, nil
-}
-
-func cacheOptions(f flags) cache.Options {
-	if f.cacheWholePods {
-		return setup.WholePods(setup.CacheOptions())
-	}
-	return setup.CacheOptions()
 }
 
 func appendTo(list *[]string) func(string) error {
@@ -171,60 +170,38 @@ func run(f flags) error {
 		webhookServer = serving.GateServer(webhookServer)
 	}
 
-	metricsOpts := setup.MetricsServer(setup.MetricsOptions{BindAddress: f.metricsAddr, Insecure: !f.secureMetrics, CertDir: f.metricsCertDir, TLSOpts: tlsOpts})
-	if f.enableWebhooks {
-		certDir := webhookOpts.CertDir
-		if certDir == "" {
-			certDir = defaultCertDir()
-		}
-		if err := setup.RegisterCertificateMetrics(certDir); err != nil {
-			return err
-		}
+	certDir := webhookOpts.CertDir
+	if certDir == "" {
+		certDir = defaultCertDir()
 	}
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme:                  setup.Scheme(),
-		Cache:                   cacheOptions(f),
-		Metrics:                 metricsOpts,
-		WebhookServer:           webhookServer,
+	var heartbeat *fencedlease.Heartbeat
+	if f.heartbeat.Interval > 0 {
+		heartbeat = &f.heartbeat
+	}
+	c := setup.ManagerConfig{
+		Controller:              setup.Options{Workers: f.workers, StatusRenewalInterval: f.statusRenewalInterval, Heartbeat: heartbeat},
+		ReportProtection:        true,
+		WholePods:               f.cacheWholePods,
+		Metrics:                 setup.MetricsOptions{BindAddress: f.metricsAddr, Insecure: !f.secureMetrics, CertDir: f.metricsCertDir, TLSOpts: tlsOpts},
 		HealthProbeBindAddress:  f.probeAddr,
 		LeaderElection:          f.leaderElect,
-		LeaderElectionID:        "fencedlease-operator",
 		LeaderElectionNamespace: f.leaderElectionNamespace,
-	})
-	if err != nil {
-		return fmt.Errorf("create the manager: %w", err)
+		WebhookServer:           webhookServer,
+		Webhooks:                f.enableWebhooks,
+		WebhookOptions:          f.webhook,
+		CertDir:                 certDir,
 	}
-	protection, err := setup.Protection(mgr, f.webhook)
-	if err != nil {
-		return fmt.Errorf("set up the check of the fencing webhook's coverage: %w", err)
+	if serving != nil {
+		c.Ready = serving.ReadyChecker(certs.ServerAddress(f.webhookHost, f.webhookPort))
 	}
-	if err := setup.Add(mgr, setup.Options{Workers: f.workers, StatusRenewalInterval: f.statusRenewalInterval, Protection: protection}); err != nil {
+	mgr, err := setup.NewManager(ctx, ctrl.GetConfigOrDie(), c)
+	if err != nil {
 		return fmt.Errorf("set up the operator: %w", err)
-	}
-	if f.enableWebhooks {
-		if err := setup.AddWebhooks(ctx, mgr, f.webhook); err != nil {
-			return fmt.Errorf("set up the admission webhooks: %w", err)
-		}
 	}
 	if serving != nil {
 		if err := serving.Add(mgr); err != nil {
 			return fmt.Errorf("set up the serving certificate: %w", err)
 		}
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return fmt.Errorf("add the health check: %w", err)
-	}
-	// Not ready until admission through this replica works: the API server
-	// calls ready replicas only, and the webhooks fail closed.
-	readyz := healthz.Ping
-	switch {
-	case serving != nil:
-		readyz = serving.ReadyChecker(certs.ServerAddress(f.webhookHost, f.webhookPort))
-	case f.enableWebhooks:
-		readyz = mgr.GetWebhookServer().StartedChecker()
-	}
-	if err := mgr.AddReadyzCheck("readyz", readyz); err != nil {
-		return fmt.Errorf("add the readiness check: %w", err)
 	}
 	log.Info("Starting the operator", "version", version)
 	if err := mgr.Start(ctx); err != nil {

@@ -24,7 +24,7 @@ import (
 // The fencing webhook's configuration is read by name (RBAC resourceNames,
 // matched by the metadata.name field selector of list and watch), namespaces
 // as metadata only (their labels).
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch,resourceNames=fencedlease-fencing
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch,resourceNames=fencing
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 // Options name the fencing webhook.

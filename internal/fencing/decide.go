@@ -2,9 +2,10 @@ package fencing
 
 import (
 	"fmt"
+	"strings"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
-	"github.com/fencedlease/fencedlease/pkg/fence"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // ProtectedBy returns the name of the FencedLease that protects the object
@@ -54,6 +55,9 @@ func Precheck(r Request, p Principals) (d Decision, final bool) {
 		}
 		return d, false
 	}
+	if r.SubResource != "" {
+		return precheckSubResource(r, d, m)
+	}
 	if r.Old != nil && r.New != nil {
 		if _, had := r.Old.Labels[fencingv1alpha1.LabelProtectedBy]; had {
 			if v, has := r.New.Labels[fencingv1alpha1.LabelProtectedBy]; !has || v != name {
@@ -69,7 +73,7 @@ func Precheck(r Request, p Principals) (d Decision, final bool) {
 	if !has {
 		return deny(d, ReasonMissingFence, m.missingFence()), true
 	}
-	n, err := fence.ParseFence(raw)
+	n, err := record.ParseFence(raw)
 	if err != nil {
 		return deny(d, ReasonMalformedFence, m.malformedFence(err)), true
 	}
@@ -80,31 +84,52 @@ func Precheck(r Request, p Principals) (d Decision, final bool) {
 	return d, false
 }
 
+// precheckSubResource: a subresource write (status, scale) cannot change
+// the object's metadata, so neither its label nor its fence annotation; it
+// carries its fence, if any, in its field manager. Without one only the
+// holder pod's identity is checked (decideHolder); with one, the fence too,
+// as for a write of the object.
+func precheckSubResource(r Request, d Decision, m messages) (Decision, bool) {
+	i := strings.LastIndex(r.FieldManager, fencingv1alpha1.FieldManagerFence)
+	if i >= 0 {
+		n, err := record.ParseFence(r.FieldManager[i+len(fencingv1alpha1.FieldManagerFence):])
+		if err != nil {
+			return deny(d, ReasonMalformedFence, m.malformedFieldManagerFence(err)), true
+		}
+		d.Fence, m.fence = n, n
+	}
+	if !r.Caller.IsPod() {
+		return deny(d, ReasonWriteNotPod, m.writeNotPod()), true
+	}
+	return d, false
+}
+
 // Decide applies the rules of the fencing webhook to a request. lease is the
-// state of the FencedLease named by ProtectedBy; fresh says whether it was
-// read from the API server (true) or from a cache that may lag (false). With
-// fresh false, a decision that a newer grant could change comes back with
-// Reread set instead of a denial. A request that Precheck settles gets its
-// answer, whatever lease says.
-func Decide(r Request, lease Lease, fresh bool, p Principals) Decision {
+// grant of the FencedLease named by ProtectedBy as the API server holds it
+// now: the webhook reads it for every decision that needs it, never from a
+// cache that may lag behind a newer grant (two webhook replicas have two
+// caches, and a cache that has not seen a grant would admit the writes it
+// replaced). A request that Precheck settles gets its answer, whatever lease
+// says.
+func Decide(r Request, lease Lease, p Principals) Decision {
 	d, final := Precheck(r, p)
 	if !final {
-		d = decideHolder(r, lease, fresh, d)
+		d = decideHolder(r, lease, d)
 	}
-	d.StaleWrite = !d.Allowed && !d.Reread && !r.DryRun && r.Caller.IsPod() && isStale(d.Reason)
+	d.StaleWrite = !d.Allowed && !r.DryRun && r.Caller.IsPod() && isStale(d.Reason)
 	return d
 }
 
 // decideHolder decides a write or a delete by a pod from the FencedLease.
-func decideHolder(r Request, lease Lease, fresh bool, d Decision) Decision {
+func decideHolder(r Request, lease Lease, d Decision) Decision {
 	m := messages{r: r, lease: d.Lease, fence: d.Fence, current: lease.Fence}
-	if r.Operation == Delete {
-		return decideDelete(r, lease, fresh, d, m)
+	if r.Operation == Delete || (r.SubResource != "" && d.Fence == 0) {
+		// No fence to check: the holder pod's identity alone.
+		return decideDelete(r, lease, d, m)
 	}
 	n := d.Fence
-	// Both orders below are final without a fresh read: fences only
-	// increase and a cache is never ahead of the API server. A stale holder
-	// is named as such first, as that says more than the object's order.
+	// A stale holder is named as such first, as that says more than the
+	// object's order.
 	if lease.Found && n < lease.Fence {
 		return deny(d, ReasonStaleFence, m.stale())
 	}
@@ -113,27 +138,34 @@ func decideHolder(r Request, lease Lease, fresh bool, d Decision) Decision {
 	}
 	switch {
 	case !lease.Found:
-		return rereadOr(fresh, d, ReasonLeaseNotFound, m.leaseNotFound())
+		return deny(d, ReasonLeaseNotFound, m.leaseNotFound())
 	case n > lease.Fence:
-		return rereadOr(fresh, d, ReasonUnknownFence, m.unknown())
+		return deny(d, ReasonUnknownFence, m.unknown())
 	case lease.Holder == nil:
-		return rereadOr(fresh, d, ReasonNoHolder, m.noHolder())
+		return deny(d, ReasonNoHolder, m.noHolder())
 	case r.Caller.PodUID != lease.Holder.PodUID:
-		return rereadOr(fresh, d, ReasonNotHolder, m.notHolder(lease.Holder))
+		return deny(d, ReasonNotHolder, m.notHolder(lease.Holder))
 	}
 	return allow(d, ReasonHolder)
 }
 
-// decideDelete: a DELETE cannot carry a fence, so only the holder pod may
-// delete a protected object.
-func decideDelete(r Request, lease Lease, fresh bool, d Decision, m messages) Decision {
+// decideDelete: a DELETE cannot carry a fence (nor does a subresource write
+// without one in its field manager), so only the holder pod may delete a
+// protected object, and only one last written under a grant the
+// FencedLease has made: a stored fence above the current one was never
+// granted (a restore of the storage, or an annotation written by a
+// break-glass user), and the holder of an older grant must not delete it.
+func decideDelete(r Request, lease Lease, d Decision, m messages) Decision {
 	switch {
 	case !lease.Found:
-		return rereadOr(fresh, d, ReasonLeaseNotFound, m.leaseNotFound())
+		return deny(d, ReasonLeaseNotFound, m.leaseNotFound())
 	case lease.Holder == nil:
-		return rereadOr(fresh, d, ReasonNoHolder, m.noHolder())
+		return deny(d, ReasonNoHolder, m.noHolder())
 	case r.Caller.PodUID != lease.Holder.PodUID:
-		return rereadOr(fresh, d, ReasonNotHolder, m.notHolder(lease.Holder))
+		return deny(d, ReasonNotHolder, m.notHolder(lease.Holder))
+	}
+	if stored := storedFence(r.Old, d.Lease); stored > lease.Fence {
+		return deny(d, ReasonUnknownFence, m.storedUnknown(stored))
 	}
 	return allow(d, ReasonHolder)
 }
@@ -159,7 +191,7 @@ func storedFence(old *Object, lease string) int64 {
 	if old == nil || old.Labels[fencingv1alpha1.LabelProtectedBy] != lease {
 		return 0
 	}
-	n, err := fence.ParseFence(old.Annotations[fencingv1alpha1.AnnotationFence])
+	n, err := record.ParseFence(old.Annotations[fencingv1alpha1.AnnotationFence])
 	if err != nil {
 		return 0
 	}
@@ -176,15 +208,6 @@ func deny(d Decision, reason Reason, msg string) Decision {
 	return d
 }
 
-// rereadOr denies with fresh state, and asks for a fresh read otherwise.
-func rereadOr(fresh bool, d Decision, reason Reason, msg string) Decision {
-	if !fresh {
-		d.Reread, d.Reason = true, reason
-		return d
-	}
-	return deny(d, reason, msg)
-}
-
 // messages formats denials. Every one names the object; those about the
 // order of fences name the presented and the current fence.
 type messages struct {
@@ -194,6 +217,9 @@ type messages struct {
 }
 
 func (m messages) object() string {
+	if m.r.SubResource != "" {
+		return fmt.Sprintf("%s %s/%s (%s)", m.r.Kind, m.r.Namespace, m.r.Name, m.r.SubResource)
+	}
 	return fmt.Sprintf("%s %s/%s", m.r.Kind, m.r.Namespace, m.r.Name)
 }
 
@@ -230,6 +256,10 @@ func (m messages) malformedFence(err error) string {
 	return fmt.Sprintf("%s: annotation %s: %v", m.rejected(), fencingv1alpha1.AnnotationFence, err)
 }
 
+func (m messages) malformedFieldManagerFence(err error) string {
+	return fmt.Sprintf("%s: the fence in the field manager (%s<N>): %v", m.rejected(), fencingv1alpha1.FieldManagerFence, err)
+}
+
 func (m messages) objectRegression(stored int64) string {
 	return fmt.Sprintf("%s: the object was last written with fence %d", m.rejected(), stored)
 }
@@ -244,6 +274,11 @@ func (m messages) stale() string {
 
 func (m messages) unknown() string {
 	return fmt.Sprintf("%s: unknown fence: FencedLease %q is at fence %d", m.rejected(), m.lease, m.current)
+}
+
+func (m messages) storedUnknown(stored int64) string {
+	return fmt.Sprintf("%s: the object carries fence %d, which FencedLease %q never granted (it is at fence %d)",
+		m.rejected(), stored, m.lease, m.current)
 }
 
 func (m messages) noHolder() string {

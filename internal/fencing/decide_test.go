@@ -55,9 +55,7 @@ func TestDecide(t *testing.T) {
 		name    string
 		req     Request
 		lease   Lease
-		fresh   bool
 		allowed bool
-		reread  bool
 		reason  Reason
 		message string
 		audit   bool
@@ -111,17 +109,17 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			// Decided before any read: the FencedLease is not even looked at
-			// (here the cached one says 42), so a low fence from a person or
-			// a job never counts as a stale holder.
+			// (here it says 42), so a low fence from a person or a job never
+			// counts as a stale holder.
 			name: "caller that is not a pod with a stale fence", req: update(admin, obj("db", "41"), obj("db", "41")), lease: heldA, reason: ReasonWriteNotPod,
 			message: `ConfigMap team-a/state: write with fence 41 rejected: user "admin" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`,
 		},
 		{
-			name: "caller that is not a pod with a fence higher than the cache", req: update(admin, obj("db", "42"), obj("db", "50")), lease: heldA, reason: ReasonWriteNotPod,
+			name: "caller that is not a pod with a fence higher than the current one", req: update(admin, obj("db", "42"), obj("db", "50")), lease: heldA, reason: ReasonWriteNotPod,
 			message: `ConfigMap team-a/state: write with fence 50 rejected: user "admin" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`,
 		},
 		{
-			name: "caller that is not a pod, FencedLease not in the cache", req: create(admin, obj("db", "42")), lease: Lease{}, reason: ReasonWriteNotPod,
+			name: "caller that is not a pod, FencedLease not found", req: create(admin, obj("db", "42")), lease: Lease{}, reason: ReasonWriteNotPod,
 			message: `Secret team-a/creds: write with fence 42 rejected: user "admin" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`,
 		},
 		{name: "stored fence not a token", req: update(podA, obj("db", "garbage"), obj("db", "42")), lease: heldA, allowed: true, reason: ReasonHolder},
@@ -130,7 +128,7 @@ func TestDecide(t *testing.T) {
 			message: `ConfigMap team-a/state: write with fence 41 rejected: stale holder: FencedLease "db" is at fence 42`,
 		},
 		{
-			name: "stale holder, no re-read even with cached state", staleWrite: true, req: create(podB, obj("db", "41")), lease: heldA, reason: ReasonStaleFence,
+			name: "stale holder creates", staleWrite: true, req: create(podB, obj("db", "41")), lease: heldA, reason: ReasonStaleFence,
 			message: `Secret team-a/creds: write with fence 41 rejected: stale holder: FencedLease "db" is at fence 42`,
 		},
 		{
@@ -146,47 +144,54 @@ func TestDecide(t *testing.T) {
 			message: `ConfigMap team-a/state: write with fence 41 rejected: stale holder: FencedLease "db" is at fence 42`,
 		},
 		{
-			name: "lower than the object's fence, FencedLease not in the cache", staleWrite: true, req: update(podA, obj("db", "43"), obj("db", "42")), lease: Lease{}, reason: ReasonObjectFenceRegression,
+			name: "lower than the object's fence, FencedLease not found", staleWrite: true, req: update(podA, obj("db", "43"), obj("db", "42")), lease: Lease{}, reason: ReasonObjectFenceRegression,
 			message: `ConfigMap team-a/state: write with fence 42 rejected: the object was last written with fence 43`,
 		},
-		{name: "higher than cached: re-read", req: update(podB, obj("db", "42"), obj("db", "50")), lease: heldA, reread: true, reason: ReasonUnknownFence},
 		{
-			name: "higher than fresh: unknown", staleWrite: true, req: update(podB, obj("db", "42"), obj("db", "50")), lease: heldA, fresh: true, reason: ReasonUnknownFence,
+			name: "higher than current: unknown", staleWrite: true, req: update(podB, obj("db", "42"), obj("db", "50")), lease: heldA, reason: ReasonUnknownFence,
 			message: `ConfigMap team-a/state: write with fence 50 rejected: unknown fence: FencedLease "db" is at fence 42`,
 		},
-		{name: "not in the cache: re-read", req: create(podA, obj("db", "42")), lease: Lease{}, reread: true, reason: ReasonLeaseNotFound},
 		{
-			name: "not found", req: create(podA, obj("db", "42")), lease: Lease{}, fresh: true, reason: ReasonLeaseNotFound,
+			name: "not found", req: create(podA, obj("db", "42")), lease: Lease{}, reason: ReasonLeaseNotFound,
 			message: `Secret team-a/creds: write with fence 42 rejected: FencedLease "db" not found in namespace team-a`,
 		},
-		{name: "no holder in the cache: re-read", req: create(podA, obj("db", "42")), lease: noneAt, reread: true, reason: ReasonNoHolder},
 		{
-			name: "no holder", req: create(podA, obj("db", "42")), lease: noneAt, fresh: true, reason: ReasonNoHolder,
+			name: "no holder", req: create(podA, obj("db", "42")), lease: noneAt, reason: ReasonNoHolder,
 			message: `Secret team-a/creds: write with fence 42 rejected: FencedLease "db" has no holder (fence 42)`,
 		},
 		{
-			name: "no holder, caller not a pod", req: create(admin, obj("db", "42")), lease: noneAt, fresh: true, reason: ReasonWriteNotPod,
+			name: "no holder, caller not a pod", req: create(admin, obj("db", "42")), lease: noneAt, reason: ReasonWriteNotPod,
 			message: `Secret team-a/creds: write with fence 42 rejected: user "admin" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`,
 		},
-		{name: "other pod than the cached holder: re-read", req: update(podB, obj("db", "41"), obj("db", "42")), lease: heldA, reread: true, reason: ReasonNotHolder},
 		{
-			name: "standby with the holder's fence", staleWrite: true, req: update(podB, obj("db", "41"), obj("db", "42")), lease: heldA, fresh: true, reason: ReasonNotHolder,
+			name: "standby with the holder's fence", staleWrite: true, req: update(podB, obj("db", "41"), obj("db", "42")), lease: heldA, reason: ReasonNotHolder,
 			message: `ConfigMap team-a/state: write with fence 42 rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence 42)`,
 		},
 
 		// Rule 3 and the label.
 		{name: "holder deletes", req: del(podA, obj("db", "42")), lease: heldA, allowed: true, reason: ReasonHolder},
-		{name: "standby deletes, cached: re-read", req: del(podB, obj("db", "42")), lease: heldA, reread: true, reason: ReasonNotHolder},
 		{
-			name: "standby deletes", staleWrite: true, req: del(podB, obj("db", "42")), lease: heldA, fresh: true, reason: ReasonNotHolder,
+			name: "standby deletes", staleWrite: true, req: del(podB, obj("db", "42")), lease: heldA, reason: ReasonNotHolder,
 			message: `ConfigMap team-a/state: delete rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence 42)`,
 		},
 		{
-			name: "pod deletes, no holder", req: del(podA, obj("db", "42")), lease: noneAt, fresh: true, reason: ReasonNoHolder,
+			// The object carries a fence the FencedLease never granted: a
+			// holder of an older grant must not delete it.
+			name: "holder deletes an object with a newer fence", staleWrite: true, req: del(podA, obj("db", "43")), lease: heldA, reason: ReasonUnknownFence,
+			message: `ConfigMap team-a/state: delete rejected: the object carries fence 43, which FencedLease "db" never granted (it is at fence 42)`,
+		},
+		{name: "holder deletes an object with an older fence", req: del(podA, obj("db", "41")), lease: heldA, allowed: true, reason: ReasonHolder},
+		{
+			name: "stale holder deletes the new holder's object", staleWrite: true, req: del(podA, obj("db", "43")),
+			lease: Lease{Found: true, Fence: 43, Holder: &Holder{PodName: "b", PodUID: "uid-b"}}, reason: ReasonNotHolder,
+			message: `ConfigMap team-a/state: delete rejected: pod a is not the holder of FencedLease "db" (holder: pod b, fence 43)`,
+		},
+		{
+			name: "pod deletes, no holder", req: del(podA, obj("db", "42")), lease: noneAt, reason: ReasonNoHolder,
 			message: `ConfigMap team-a/state: delete rejected: FencedLease "db" has no holder (fence 42)`,
 		},
 		{
-			name: "pod deletes, no FencedLease", req: del(podA, obj("db", "42")), lease: Lease{}, fresh: true, reason: ReasonLeaseNotFound,
+			name: "pod deletes, no FencedLease", req: del(podA, obj("db", "42")), lease: Lease{}, reason: ReasonLeaseNotFound,
 			message: `ConfigMap team-a/state: delete rejected: FencedLease "db" not found in namespace team-a`,
 		},
 		{
@@ -216,9 +221,8 @@ func TestDecide(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			d := Decide(tc.req, tc.lease, tc.fresh, principals)
+			d := Decide(tc.req, tc.lease, principals)
 			g.Expect(d.Allowed).To(Equal(tc.allowed), d.Message)
-			g.Expect(d.Reread).To(Equal(tc.reread))
 			g.Expect(d.Reason).To(Equal(tc.reason))
 			g.Expect(d.Message).To(Equal(tc.message))
 			g.Expect(d.Audit).To(Equal(tc.audit))
@@ -227,8 +231,8 @@ func TestDecide(t *testing.T) {
 			// A dry run gets the same answer and leaves no trace.
 			dry := tc.req
 			dry.DryRun = true
-			dd := Decide(dry, tc.lease, tc.fresh, principals)
-			g.Expect([]any{dd.Allowed, dd.Reread, dd.Reason, dd.Message}).To(Equal([]any{d.Allowed, d.Reread, d.Reason, d.Message}))
+			dd := Decide(dry, tc.lease, principals)
+			g.Expect([]any{dd.Allowed, dd.Reason, dd.Message}).To(Equal([]any{d.Allowed, d.Reason, d.Message}))
 			g.Expect(dd.Audit).To(BeFalse())
 			g.Expect(dd.StaleWrite).To(BeFalse())
 		})
@@ -253,9 +257,8 @@ func TestDecideMalformedFence(t *testing.T) {
 	} {
 		t.Run(tc.fence, func(t *testing.T) {
 			g := NewWithT(t)
-			d := Decide(update(podA, obj("db", "41"), obj("db", tc.fence)), heldA, false, principals)
+			d := Decide(update(podA, obj("db", "41"), obj("db", tc.fence)), heldA, principals)
 			g.Expect(d.Allowed).To(BeFalse())
-			g.Expect(d.Reread).To(BeFalse())
 			g.Expect(d.Reason).To(Equal(ReasonMalformedFence))
 			g.Expect(d.Message).To(Equal("ConfigMap team-a/state: write rejected: annotation fencedlease.io/fence: " + tc.message))
 		})
@@ -305,13 +308,68 @@ func TestPrecheck(t *testing.T) {
 			}
 			g.Expect(d.Reason).To(Equal(tc.reason))
 			for _, l := range leases {
-				for _, fresh := range []bool{false, true} {
-					got := Decide(tc.req, l, fresh, principals)
-					g.Expect(got.Reread).To(BeFalse())
-					g.Expect([]any{got.Allowed, got.Reason, got.Message}).To(Equal([]any{d.Allowed, d.Reason, d.Message}))
-					g.Expect(got.StaleWrite).To(BeFalse(), "only pods are stale holders")
-				}
+				got := Decide(tc.req, l, principals)
+				g.Expect([]any{got.Allowed, got.Reason, got.Message}).To(Equal([]any{d.Allowed, d.Reason, d.Message}))
+				g.Expect(got.StaleWrite).To(BeFalse(), "only pods are stale holders")
 			}
+		})
+	}
+}
+
+// status is a write to the status subresource of a protected Widget: its
+// metadata is the object's, old and new, and the fence, if any, is in the
+// field manager.
+func status(c Caller, stored, fieldManager string) Request {
+	return Request{Operation: Update, Kind: "Widget", Namespace: ns, Name: "w", SubResource: "status",
+		Old: obj("db", stored), New: obj("db", stored), Caller: c, FieldManager: fieldManager}
+}
+
+func TestDecideSubResource(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		req        Request
+		lease      Lease
+		allowed    bool
+		reason     Reason
+		message    string
+		staleWrite bool
+	}{
+		{name: "holder without a fence", req: status(podA, "41", "widget-controller"), lease: heldA, allowed: true, reason: ReasonHolder},
+		{name: "holder with its fence", req: status(podA, "41", "widget-controller;fencedlease.io/fence=42"), lease: heldA, allowed: true, reason: ReasonHolder},
+		{name: "a field manager that is only the fence", req: status(podA, "42", ";fencedlease.io/fence=42"), lease: heldA, allowed: true, reason: ReasonHolder},
+		{
+			name: "standby without a fence", staleWrite: true, req: status(podB, "42", "widget-controller"), lease: heldA, reason: ReasonNotHolder,
+			message: `Widget team-a/w (status): write rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence 42)`,
+		},
+		{
+			name: "stale holder with its old fence", staleWrite: true, req: status(podA, "41", "widget-controller;fencedlease.io/fence=41"), lease: heldA, reason: ReasonStaleFence,
+			message: `Widget team-a/w (status): write with fence 41 rejected: stale holder: FencedLease "db" is at fence 42`,
+		},
+		{
+			name: "holder below the object's fence", staleWrite: true, req: status(podA, "43", "widget-controller;fencedlease.io/fence=42"),
+			lease: heldA, reason: ReasonObjectFenceRegression,
+			message: `Widget team-a/w (status): write with fence 42 rejected: the object was last written with fence 43`,
+		},
+		{
+			name: "a malformed fence", req: status(podA, "41", "widget-controller;fencedlease.io/fence=042"), lease: heldA, reason: ReasonMalformedFence,
+			message: `Widget team-a/w (status): write rejected: the fence in the field manager (;fencedlease.io/fence=<N>): invalid fence "042": leading zero`,
+		},
+		{
+			name: "not a pod", req: status(admin, "41", "kubectl"), lease: heldA, reason: ReasonWriteNotPod,
+			message: `Widget team-a/w (status): write rejected: user "admin" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`,
+		},
+		{
+			name: "no holder", req: status(podA, "41", "widget-controller"), lease: noneAt, reason: ReasonNoHolder,
+			message: `Widget team-a/w (status): write rejected: FencedLease "db" has no holder (fence 42)`,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			d := Decide(tc.req, tc.lease, principals)
+			g.Expect(d.Allowed).To(Equal(tc.allowed), d.Message)
+			g.Expect(d.Reason).To(Equal(tc.reason))
+			g.Expect(d.Message).To(Equal(tc.message))
+			g.Expect(d.StaleWrite).To(Equal(tc.staleWrite))
 		})
 	}
 }

@@ -42,7 +42,8 @@ const (
 	// fence: a stale holder.
 	ReasonStaleFence Reason = "stale_fence"
 	// ReasonUnknownFence: the fence is higher than the FencedLease's current
-	// fence, even as read from the API server: it was never granted.
+	// fence as the API server holds it: it was never granted (for a DELETE:
+	// the object was last written with such a fence).
 	ReasonUnknownFence Reason = "unknown_fence"
 	// ReasonLeaseNotFound: no FencedLease of the label's name in the namespace.
 	ReasonLeaseNotFound Reason = "lease_not_found"
@@ -66,10 +67,6 @@ const (
 type Decision struct {
 	// Allowed says whether the request may proceed.
 	Allowed bool
-	// Reread asks the caller to read the FencedLease from the API server and
-	// decide again: the cached state may lag behind a newer grant. It is
-	// never set when Decide was called with fresh state.
-	Reread bool
 	// Reason is the code of the decision.
 	Reason Reason
 	// Message explains a denial; empty when allowed.

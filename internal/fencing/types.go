@@ -23,11 +23,20 @@ type Object struct {
 	Annotations map[string]string
 }
 
-// Request is an admission request for a ConfigMap or Secret.
+// Request is an admission request for a protected object.
 type Request struct {
 	Operation Operation
 	// Kind, Namespace and Name name the object in messages ("ConfigMap").
 	Kind, Namespace, Name string
+	// SubResource is the subresource written ("status", "scale"); "" for
+	// the object itself. A subresource write cannot change the object's
+	// metadata: Old and New carry the object's, and the write carries its
+	// fence, if any, in its field manager (FieldManager).
+	SubResource string
+	// FieldManager is the field manager of a subresource write, which ends
+	// with fencingv1alpha1.FieldManagerFence and the fence when it carries
+	// one.
+	FieldManager string
 	// Old is the stored object (UPDATE, DELETE); nil on CREATE.
 	Old *Object
 	// New is the object to be stored (CREATE, UPDATE); nil on DELETE.
@@ -60,14 +69,16 @@ type Caller struct {
 // IsPod reports whether the caller is a pod with a bound token.
 func (c Caller) IsPod() bool { return c.PodUID != "" }
 
-// Lease is the state of the FencedLease that protects an object, as read
-// from the informer cache or the API server.
+// Lease is the grant of the FencedLease that protects an object, as the API
+// server holds it when the request is decided.
 type Lease struct {
 	// Found is false when no FencedLease of that name exists in the namespace.
 	Found bool
-	// Fence is status.fence: the fence of the last committed grant.
+	// Fence is the fence of the last committed grant.
 	Fence int64
-	// Holder is status.holder: nil when nobody holds the lease.
+	// Holder is the pod of that grant while it is held: nil when nobody holds
+	// the lease (no grant yet, or it was revoked, released, superseded by a
+	// grant not committed yet, or its Lease is gone).
 	Holder *Holder
 }
 

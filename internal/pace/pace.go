@@ -16,6 +16,9 @@ const (
 	Full = 0.8
 	// window is the time constant over which the share is measured.
 	window = 10 * time.Second
+	// MeasureTime is how long a process measures its load, from its first
+	// reconcile, before its measure is believed (Measured): two windows.
+	MeasureTime = 2 * window
 	// gain is how fast the stretch follows the share: per second, gain
 	// times the share's distance from Target. At a share of 1 the stretch
 	// goes from none to full in 10 s; at a quarter it relaxes in 20 s.
@@ -167,9 +170,18 @@ func (p *Pace) Stretch() float64 {
 // then, so that a restarted operator does not grant thousands of them in
 // the seconds before its measure of the renewals' share has built up.
 func (p *Pace) Measured(now time.Time) bool {
+	return p.UntilMeasured(now) == 0
+}
+
+// UntilMeasured is how long from now until Measured: the whole of
+// MeasureTime before the first reconcile is recorded.
+func (p *Pace) UntilMeasured(now time.Time) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return !p.since.IsZero() && now.Sub(p.since) >= 2*window
+	if p.since.IsZero() {
+		return MeasureTime
+	}
+	return max(MeasureTime-now.Sub(p.since), 0)
 }
 
 // Status is what the pace is, for metrics and logs.

@@ -149,6 +149,10 @@ type Options struct {
 	// Protection, if set, reports FencedLeases in namespaces that the fencing
 	// webhook does not cover (see Protection in webhooks.go).
 	Protection fencedlease.ProtectionChecker
+	// Heartbeat, if set, vouches for the grants of renewal Operator (see
+	// fencedlease.Heartbeat); without it each grant is renewed on its own
+	// Lease.
+	Heartbeat *fencedlease.Heartbeat
 }
 
 // Add registers the controller with the manager.
@@ -165,6 +169,7 @@ func Add(mgr ctrl.Manager, opts Options) error {
 		PendingGrace: opts.PendingGrace,
 		Workers:      opts.Workers,
 		Protection:   opts.Protection,
+		Heartbeat:    opts.Heartbeat,
 
 		StatusRenewalInterval: opts.StatusRenewalInterval,
 	}

@@ -3,21 +3,27 @@ package setup
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 
 	"github.com/fencedlease/fencedlease/controllers/fencedlease"
 	"github.com/fencedlease/fencedlease/internal/coverage"
 	"github.com/fencedlease/fencedlease/internal/webhook/endpoint"
-	fencingwebhook "github.com/fencedlease/fencedlease/internal/webhook/fencing"
 	"github.com/fencedlease/fencedlease/internal/webhook/podinject"
+	"github.com/fencedlease/fencedlease/internal/webhook/protected"
 )
 
-// Defaults of WebhookOptions: the names in config/webhook as written, which
-// the test suites install unchanged. Both install paths prefix the names
-// (config/default and the Helm chart) and pass them with the flags, and
-// rewrite the operator's RBAC resourceNames to match.
+// Defaults of WebhookOptions: the names that both install paths give the
+// objects with their defaults (config/default's namePrefix fencedlease-, the
+// chart's release fencedlease), which the test suites install too
+// (testenv.WithWebhooks). Both installs also pass the names with the flags,
+// and rewrite the operator's RBAC resourceNames (config/webhook's names) to
+// match.
 const (
 	// DefaultNamespace is the operator's namespace when $POD_NAMESPACE is
 	// not set.
@@ -26,10 +32,10 @@ const (
 	// token, in the operator's namespace.
 	DefaultTokenSecret = "fencedlease-webhook-token"
 	// DefaultFencingConfiguration is the ValidatingWebhookConfiguration of
-	// the fencing webhook (config/webhook/fencing.yaml).
+	// the fencing webhook (config/webhook/fencing.yaml, "fencing" there).
 	DefaultFencingConfiguration = "fencedlease-fencing"
 	// DefaultPodConfiguration is the MutatingWebhookConfiguration of the pod
-	// webhook (config/webhook/pods.yaml).
+	// webhook (config/webhook/pods.yaml, "pod-injector" there).
 	DefaultPodConfiguration = "fencedlease-pod-injector"
 	// FencingWebhook is the name of the fencing webhook in its configuration.
 	FencingWebhook = "protected.fencedlease.io"
@@ -57,6 +63,9 @@ type WebhookOptions struct {
 	// MaxRequestBytes caps the body of an admission request;
 	// endpoint.DefaultMaxRequestBytes if 0.
 	MaxRequestBytes int64
+	// WrapCache, if set, wraps the cached client the fencing webhook reads
+	// FencedLeases from (tests use it to make that cache lag).
+	WrapCache func(client.Client) client.Reader
 }
 
 func (o WebhookOptions) withDefaults() WebhookOptions {
@@ -103,8 +112,23 @@ func WebhookEndpoint(ctx context.Context, mgr ctrl.Manager, opts WebhookOptions)
 var webhookRegistrars = []func(ctrl.Manager, *endpoint.Endpoint, WebhookOptions) error{
 	func(mgr ctrl.Manager, ep *endpoint.Endpoint, _ WebhookOptions) error { return podinject.Add(mgr, ep) },
 	func(mgr ctrl.Manager, ep *endpoint.Endpoint, o WebhookOptions) error {
-		return fencingwebhook.Add(mgr, fencingwebhook.Options{OperatorUsers: o.OperatorUsers, BreakGlassUsers: o.BreakGlassUsers,
-			BreakGlassGroups: o.BreakGlassGroups, Endpoint: ep})
+		var cache client.Reader
+		if o.WrapCache != nil {
+			if _, err := mgr.GetCache().GetInformer(context.Background(), &fencingv1alpha1.FencedLease{}); err != nil {
+				return fmt.Errorf("get FencedLease informer for the fencing webhook: %w", err)
+			}
+			cache = o.WrapCache(mgr.GetClient())
+		}
+		resources, err := coverage.NewResources(mgr, o.FencingConfiguration)
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(&coverage.Unknown{Resources: resources, Mapper: mgr.GetRESTMapper(),
+			Recorder: mgr.GetEventRecorder(Name), Interval: time.Minute}); err != nil {
+			return fmt.Errorf("add the check of the fencing webhook's resources: %w", err)
+		}
+		return protected.Add(mgr, protected.Options{OperatorUsers: o.OperatorUsers, BreakGlassUsers: o.BreakGlassUsers,
+			BreakGlassGroups: o.BreakGlassGroups, Endpoint: ep, Cache: cache, Resources: resources})
 	},
 }
 
@@ -113,6 +137,7 @@ var webhookRegistrars = []func(ctrl.Manager, *endpoint.Endpoint, WebhookOptions)
 // webhook configurations before it returns, so that the API server calls
 // them there as soon as the server is up.
 func AddWebhooks(ctx context.Context, mgr ctrl.Manager, opts WebhookOptions) error {
+	opts = opts.withDefaults()
 	ep, err := WebhookEndpoint(ctx, mgr, opts)
 	if err != nil {
 		return err

@@ -23,9 +23,10 @@ import (
 
 // The operator reads and updates its own two webhook configurations, by name
 // (list and watch carry a metadata.name field selector, which RBAC matches
-// against resourceNames), and no other.
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;update,resourceNames=fencedlease-fencing
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update,resourceNames=fencedlease-pod-injector
+// against resourceNames), and no other. The names are config/webhook's; both
+// installs rewrite them with the names they give the objects.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;update,resourceNames=fencing
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update,resourceNames=pod-injector
 
 // TokenPath returns the path that a webhook whose clientConfig has path p
 // must call: base/token when p is one of bases, with or without a token

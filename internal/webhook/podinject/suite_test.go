@@ -24,6 +24,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/setup"
+	"github.com/fencedlease/fencedlease/test/harness"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
@@ -41,9 +42,13 @@ const (
 
 // TestMain starts kube-apiserver and etcd with the real config/webhook
 // manifests and one operator that serves the webhooks (without the
-// controller: the readiness test starts its own).
+// controller: the readiness test starts its own). Under -short it starts
+// nothing, and the tests that need them skip.
 func TestMain(m *testing.M) {
 	testenv.SetLogger()
+	if harness.Short() {
+		os.Exit(m.Run())
+	}
 	os.Exit(run(m))
 }
 
@@ -132,6 +137,7 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T) *fixture {
+	harness.Needs(t, harness.ControlPlane)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	g := NewWithT(t)

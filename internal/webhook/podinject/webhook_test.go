@@ -12,6 +12,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/webhook/podinject"
+	"github.com/fencedlease/fencedlease/test/harness"
 )
 
 // tokenVolume is the volume as the API server stores it.
@@ -98,22 +99,10 @@ func TestUnlabelledPodIsNotSentToWebhook(t *testing.T) {
 
 // webhookRequests is the number of requests the pod webhook has served.
 func webhookRequests(g Gomega) float64 {
-	families, err := metrics.Registry.Gather()
+	families, err := harness.Gather(metrics.Registry)
 	g.Expect(err).NotTo(HaveOccurred())
-	total := 0.0
-	for _, mf := range families {
-		if mf.GetName() != "controller_runtime_webhook_requests_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				// Served under Path/<token>, instrumented as Path/.
-				if l.GetName() == "webhook" && l.GetValue() == podinject.Path+"/" {
-					total += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
+	// Served under Path/<token>, instrumented as Path/.
+	total, _ := harness.Sample(families, "controller_runtime_webhook_requests_total", map[string]string{"webhook": podinject.Path + "/"})
 	return total
 }
 

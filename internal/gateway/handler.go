@@ -1,0 +1,205 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/tools/events"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+)
+
+// Reviewer authenticates a token.
+type Reviewer interface {
+	Review(ctx context.Context, token string) (Caller, error)
+}
+
+// Grants reads the committed grant of a route's FencedLease from the API
+// server (GrantReader).
+type Grants interface {
+	Read(ctx context.Context, route Route) (Grant, *fencingv1alpha1.FencedLease, error, error)
+}
+
+// Rules are the fence decisions. DefaultRules are Admit and CheckStored;
+// tests replace them with broken ones to show that their checkers catch
+// what a broken gateway lets through. Never change them in production.
+type Rules struct {
+	Admit       func(w Write, c Caller, fenceHeader string, g Grant, grantErr error) Decision
+	CheckStored func(w Write, f int64, stored string) Decision
+}
+
+// DefaultRules are the gateway's fence decisions.
+var DefaultRules = Rules{Admit: Admit, CheckStored: CheckStored}
+
+// Defaults of Options.
+const (
+	DefaultMaxInFlight = 512
+	DefaultAttempts    = 5
+)
+
+// Options configure a Server.
+type Options struct {
+	Config   *Config
+	Upstream *Upstream
+	Reviewer Reviewer
+	Grants   Grants
+	// Recorder records StaleWriteRejected Events on FencedLeases; none
+	// when nil.
+	Recorder events.EventRecorder
+	Metrics  *Metrics
+	Log      logr.Logger
+	// MaxInFlight bounds the requests served at once; more are answered
+	// 503 SlowDown. DefaultMaxInFlight when 0.
+	MaxInFlight int
+	// Attempts bounds the rounds of a conditional write that loses its
+	// precondition to another writer; DefaultAttempts when 0.
+	Attempts int
+	// Rules are DefaultRules when zero.
+	Rules Rules
+}
+
+// Server is the gateway's HTTP handler.
+type Server struct {
+	o     Options
+	locks keyLocks
+	sem   chan struct{}
+}
+
+// New returns a Server.
+func New(o Options) *Server {
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	if o.Attempts <= 0 {
+		o.Attempts = DefaultAttempts
+	}
+	if o.Rules.Admit == nil || o.Rules.CheckStored == nil {
+		o.Rules = DefaultRules
+	}
+	return &Server{o: o, sem: make(chan struct{}, o.MaxInFlight)}
+}
+
+// KeysInFlight is how many keys have a write in flight (for tests of the
+// bounded memory).
+func (s *Server) KeysInFlight() int { return s.locks.size() }
+
+// answer is how a request ended, for metrics and logs.
+type answer struct {
+	result string
+	reason Reason
+}
+
+// exchange is one request being served.
+type exchange struct {
+	s     *Server
+	w     http.ResponseWriter
+	r     *http.Request
+	id    string
+	op    Op
+	log   logr.Logger
+	ended *answer
+}
+
+func (x *exchange) fail(status int, code string, reason Reason, msg string) {
+	result := resultDenied
+	if status >= 500 {
+		result = resultError
+	}
+	x.ended = &answer{result, reason}
+	writeError(x.w, x.r, status, code, msg, x.id)
+	x.log.V(1).Info("Request refused", "status", status, "code", code, "reason", reason, "message", msg)
+}
+
+func (x *exchange) deny(d Decision) { x.fail(d.Status, d.Code, d.Reason, d.Message) }
+
+// ServeHTTP serves one S3 request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	x := &exchange{s: s, w: w, r: r, id: requestID(), op: Classify(r)}
+	x.log = s.o.Log.WithValues("requestID", x.id, "method", r.Method, "bucket", x.op.Bucket, "key", x.op.Key)
+	select {
+	case s.sem <- struct{}{}:
+		defer func() { <-s.sem }()
+	default:
+		x.fail(http.StatusServiceUnavailable, CodeSlowDown, ReasonOverloaded, "the gateway serves too many requests at once; retry")
+		s.o.Metrics.observe(x.op.Kind, x.ended.result, x.ended.reason, time.Since(start))
+		return
+	}
+	if m := s.o.Metrics; m != nil {
+		m.inFlight.Inc()
+		defer m.inFlight.Dec()
+	}
+	x.serve(r.Context())
+	if x.ended == nil {
+		x.ended = &answer{resultError, ReasonUpstreamError}
+	}
+	s.o.Metrics.observe(x.op.Kind, x.ended.result, x.ended.reason, time.Since(start))
+}
+
+func (x *exchange) serve(ctx context.Context) {
+	op := x.op
+	if op.Kind == Unsupported {
+		x.fail(http.StatusNotImplemented, CodeNotImplemented, ReasonUnsupported, op.Why)
+		return
+	}
+	token := x.r.Header.Get(HeaderToken)
+	if token == "" {
+		x.fail(http.StatusForbidden, CodeMissingToken, ReasonMissingToken,
+			"the request carries no "+HeaderToken+" header: send the pod's service-account token")
+		return
+	}
+	caller, err := x.s.o.Reviewer.Review(ctx, token)
+	if err != nil {
+		if errors.Is(err, errUnauthenticated) {
+			x.fail(http.StatusForbidden, CodeInvalidToken, ReasonInvalidToken, "the "+HeaderToken+" token is not valid: "+err.Error())
+			return
+		}
+		x.fail(http.StatusServiceUnavailable, CodeUnavailable, ReasonAuthError, "cannot authenticate the token: "+err.Error())
+		return
+	}
+	x.log = x.log.WithValues("user", caller.Username, "podName", caller.PodName)
+	switch op.Kind {
+	case ListBucket:
+		if !x.s.o.Config.ListAllowed(op.Bucket, x.r.URL.Query().Get("prefix"), caller.Namespace) {
+			x.fail(http.StatusForbidden, CodeAccessDenied, ReasonNoRoute,
+				"listing bucket "+op.Bucket+" under prefix \""+x.r.URL.Query().Get("prefix")+"\" denied: no route of namespace "+caller.Namespace+" covers it")
+			return
+		}
+		x.read(ctx)
+	case ReadObject:
+		route, ok := x.s.o.Config.Route(op.Bucket, op.Key)
+		switch {
+		case !ok:
+			x.fail(http.StatusForbidden, CodeAccessDenied, ReasonNoRoute, "no route for "+op.Bucket+"/"+op.Key)
+		case route.Namespace != caller.Namespace:
+			x.fail(http.StatusForbidden, CodeAccessDenied, ReasonWrongNamespace,
+				"read of "+op.Bucket+"/"+op.Key+" denied: it is routed to FencedLease "+route.String()+", and user "+caller.Username+" is not a service account of namespace "+route.Namespace)
+		default:
+			x.read(ctx)
+		}
+	default:
+		x.write(ctx, caller)
+	}
+}
+
+// report logs a denied write and records a StaleWriteRejected Event on the
+// FencedLease for a pod that wrote as a holder it is not. The Events API
+// folds repeats into one series per FencedLease and action.
+func (x *exchange) report(d Decision, fl *fencingv1alpha1.FencedLease) {
+	if d.StaleWrite && fl != nil && x.s.o.Recorder != nil {
+		x.s.o.Recorder.Eventf(fl, nil, "Warning", fencingv1alpha1.EventStaleWriteRejected, "Reject"+actionNames[x.op.Kind], "%s", d.Message)
+	}
+}
+
+var actionNames = map[Kind]string{PutObject: "PutObject", CopyObject: "CopyObject", DeleteObject: "DeleteObject"}
+
+func requestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,54 @@
+package record
+
+// Pod is what a candidate pod carries of one FencedLease: the label that
+// makes it a candidate, and the annotations its token files come from.
+type Pod struct {
+	// Labelled says that the pod carries LabelLease with the FencedLease's
+	// name.
+	Labelled bool
+	// Lease, Role and Fence are the annotations of the token files. Fence
+	// is 0 when empty and -1 when it does not parse.
+	Lease string
+	Role  string
+	Fence int64
+	// Grant is the fence of the grant the pod was last marked for.
+	Grant int64
+}
+
+// ParsePod reads what a pod carries of the FencedLease lease. A pod whose
+// label and lease annotation name another FencedLease, or none, carries
+// nothing of this one.
+func ParsePod(labels, annotations map[string]string, lease string) Pod {
+	if labels[LabelLease] != lease && annotations[AnnotationLease] != lease {
+		return Pod{}
+	}
+	p := Pod{
+		Labelled: labels[LabelLease] == lease,
+		Lease:    annotations[AnnotationLease],
+		Role:     annotations[AnnotationRole],
+		Grant:    FenceOf(annotations[AnnotationGrant]),
+	}
+	if raw := annotations[AnnotationFence]; raw != "" {
+		if p.Fence = FenceOf(raw); p.Fence == 0 {
+			p.Fence = -1
+		}
+	}
+	return p
+}
+
+// Published reads the FencedLease and fence a pod is published as the
+// holder of, whatever FencedLease it names; "" when it is no holder, and
+// fence -1 when its fence does not parse.
+func Published(annotations map[string]string) (lease string, fence int64) {
+	if annotations[AnnotationRole] != RoleHolder || annotations[AnnotationFence] == "" {
+		return "", 0
+	}
+	if n := FenceOf(annotations[AnnotationFence]); n > 0 {
+		return annotations[AnnotationLease], n
+	}
+	return annotations[AnnotationLease], -1
+}
+
+// IsHolder says whether the pod is published as the holder: role holder
+// with a fence.
+func (p Pod) IsHolder() bool { return p.Role == RoleHolder && p.Fence != 0 }

@@ -1,0 +1,106 @@
+package record_test
+
+import (
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/record"
+)
+
+// TestNamesAreTheAPIs holds the codec's names to api/v1alpha1, which
+// documents them: the workload library reads them through this package
+// alone.
+func TestNamesAreTheAPIs(t *testing.T) {
+	g := NewWithT(t)
+	for _, pair := range [][2]string{
+		{record.Prefix, fencingv1alpha1.Prefix}, {record.LabelLease, fencingv1alpha1.LabelLease},
+		{record.AnnotationLease, fencingv1alpha1.AnnotationLease}, {record.AnnotationRole, fencingv1alpha1.AnnotationRole},
+		{record.AnnotationFence, fencingv1alpha1.AnnotationFence}, {record.AnnotationGrant, fencingv1alpha1.AnnotationGrant},
+		{record.LeaseHolderUID, fencingv1alpha1.LeaseAnnotationHolderUID}, {record.LeaseState, fencingv1alpha1.LeaseAnnotationState},
+		{record.LeaseRenewal, fencingv1alpha1.LeaseAnnotationRenewal}, {record.LeaseRenewInterval, fencingv1alpha1.LeaseAnnotationRenewInterval},
+		{record.LeaseHandoff, fencingv1alpha1.LeaseAnnotationHandoff}, {record.LabelInject, fencingv1alpha1.LabelInject},
+		{record.LeaseVouchedBy, fencingv1alpha1.LeaseAnnotationVouchedBy}, {record.LeaseDuration, fencingv1alpha1.LeaseAnnotationLeaseDuration},
+		{record.HeartbeatBeats, fencingv1alpha1.HeartbeatAnnotationBeats},
+		{record.StatePending, fencingv1alpha1.LeaseStatePending}, {record.StateHeld, fencingv1alpha1.LeaseStateHeld},
+		{record.StateRevoked, fencingv1alpha1.LeaseStateRevoked}, {record.StateReleased, fencingv1alpha1.LeaseStateReleased},
+		{record.RoleHolder, fencingv1alpha1.RoleHolder}, {record.RoleStandby, fencingv1alpha1.RoleStandby},
+		{record.RenewalOperator, string(fencingv1alpha1.RenewalOperator)}, {record.RenewalHolder, string(fencingv1alpha1.RenewalHolder)},
+	} {
+		g.Expect(pair[0]).To(Equal(pair[1]))
+	}
+}
+
+func TestParseFence(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		err  string
+	}{
+		{"1", 1, ""}, {"42", 42, ""}, {"9223372036854775807", 9223372036854775807, ""},
+		{"", 0, "empty"}, {"abc", 0, "not a decimal integer"}, {"-1", 0, "sign not allowed"}, {"+1", 0, "sign not allowed"},
+		{"0", 0, "must be positive"}, {"007", 0, "leading zero"}, {" 42", 0, "whitespace not allowed"}, {"42\n", 0, "whitespace not allowed"},
+		{"4.2e1", 0, "not a decimal integer"}, {"9223372036854775808", 0, "out of range for int64"}, {"٤٢", 0, "non-ASCII character"},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			g := NewWithT(t)
+			n, err := record.ParseFence(tc.in)
+			if tc.err == "" {
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(n).To(Equal(tc.want))
+				g.Expect(record.FormatFence(n)).To(Equal(tc.in), "a canonical fence writes back as it was read")
+				return
+			}
+			g.Expect(err).To(MatchError(`invalid fence "` + strings.ReplaceAll(tc.in, "\n", `\n`) + `": ` + tc.err))
+			g.Expect(record.FenceOf(tc.in)).To(BeZero())
+		})
+	}
+}
+
+func TestLeaseRecord(t *testing.T) {
+	g := NewWithT(t)
+	ann := map[string]string{"fencedlease.io/state": "held", "fencedlease.io/holder-uid": "u1", "fencedlease.io/fence": "42",
+		"fencedlease.io/renewal": "Holder", "fencedlease.io/renew-interval": "5", "fencedlease.io/handoff": "h", "other": "x"}
+	l := record.ParseLease(ann)
+	g.Expect(l).To(Equal(record.Lease{State: "held", HolderUID: "u1", Fence: 42, Renewal: "Holder", RenewInterval: 5, Handoff: "h"}))
+	g.Expect(l.Holds("u1")).To(BeTrue())
+	g.Expect(l.Holds("u2")).To(BeFalse())
+	g.Expect(l.HolderRenews()).To(BeTrue())
+	back := map[string]string{"other": "x"}
+	l.Apply(back)
+	g.Expect(back).To(Equal(ann), "a record applied writes what it was read from")
+
+	g.Expect(record.ParseLease(map[string]string{"fencedlease.io/fence": "042", "fencedlease.io/renew-interval": "-3"})).
+		To(Equal(record.Lease{}), "what does not parse counts as none")
+	g.Expect(record.Lease{State: "pending", HolderUID: "u1", Fence: 42}.Held()).To(BeFalse())
+}
+
+func TestPodRecord(t *testing.T) {
+	g := NewWithT(t)
+	labels := map[string]string{"fencedlease.io/lease": "db"}
+	g.Expect(record.ParsePod(labels, map[string]string{"fencedlease.io/lease": "db", "fencedlease.io/role": "holder",
+		"fencedlease.io/fence": "42", "fencedlease.io/grant": "42"}, "db")).
+		To(Equal(record.Pod{Labelled: true, Lease: "db", Role: "holder", Fence: 42, Grant: 42}))
+	g.Expect(record.ParsePod(labels, map[string]string{"fencedlease.io/role": "holder", "fencedlease.io/fence": "x"}, "db").Fence).
+		To(BeEquivalentTo(-1), "a fence that does not parse is not no fence")
+	g.Expect(record.ParsePod(labels, nil, "other")).To(Equal(record.Pod{}), "another FencedLease's pod carries nothing of this one")
+	lease, fence := record.Published(map[string]string{"fencedlease.io/lease": "db", "fencedlease.io/role": "holder", "fencedlease.io/fence": "7"})
+	g.Expect([]any{lease, fence}).To(Equal([]any{"db", int64(7)}))
+	lease, _ = record.Published(map[string]string{"fencedlease.io/lease": "db", "fencedlease.io/role": "standby"})
+	g.Expect(lease).To(BeEmpty())
+}
+
+func TestBeatsRoundTrip(t *testing.T) {
+	for _, n := range []int64{0, 1, 42, 1 << 40} {
+		if got := record.BeatsOf(map[string]string{record.HeartbeatBeats: record.FormatBeats(n)}); got != n {
+			t.Errorf("BeatsOf(FormatBeats(%d)) = %d", n, got)
+		}
+	}
+	for _, bad := range []string{"", "x", "-3", "007"} {
+		if got := record.BeatsOf(map[string]string{record.HeartbeatBeats: bad}); got != 0 {
+			t.Errorf("BeatsOf(%q) = %d, want 0 for a count that does not parse", bad, got)
+		}
+	}
+}
