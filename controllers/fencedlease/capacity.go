@@ -16,28 +16,6 @@ import (
 	"github.com/fencedlease/fencedlease/internal/holder"
 )
 
-// admit lets a FencedLease's first grant wait while the operator has no
-// margin left to renew more grants (internal/pace): granting it would add
-// renewals that could not be made on time, and the grants that expired for
-// it would change the fence under healthy holders. Takeovers and re-grants
-// of a FencedLease that held before go ahead: they replace a grant, they
-// add none; but they spend from the first grants' budget, so that first
-// grants wait while they happen. A waiting FencedLease looks again a lease
-// duration later, or at the next event: thousands of them looking every
-// few seconds would take the workers' time that the renewals need.
-func (r *Reconciler) admit(s *scope, l holder.Lease, p holder.Policy, now time.Time) {
-	if s.plan.Action != holder.Grant {
-		return
-	}
-	if l.State != "" {
-		r.pace.Spend(now)
-		return
-	}
-	if ok, why := r.pace.Admit(now); !ok {
-		s.plan = holder.Plan{Action: holder.Wait, Waiting: holder.WaitingForCapacity, RequeueAfter: p.LeaseDuration, Why: why}
-	}
-}
-
 // waitsForCapacity tells whether a FencedLease waits for capacity before
 // anything is written for it: it never held a grant, and the operator
 // admits no first grant now, or it was left waiting by a process before
@@ -46,10 +24,10 @@ func (r *Reconciler) waitsForCapacity(fl *fencingv1alpha1.FencedLease, now time.
 	if !neverGranted(fl) {
 		return false
 	}
-	if ok, _ := r.pace.Admits(now); !ok {
+	if !r.pace.admits(now) {
 		return true
 	}
-	return waitedForCapacity(fl) && !r.pace.Measured(now)
+	return waitedForCapacity(fl) && r.pace.untilMeasured(now) > 0
 }
 
 // neverGranted tells whether no grant of the FencedLease was ever recorded.
@@ -70,14 +48,26 @@ func waitedForCapacity(fl *fencingv1alpha1.FencedLease) bool {
 // one the API server can give to the renewals of the grants held; at ten
 // thousand FencedLeases those first writes (a finalizer, a Lease, a status
 // each) were as many as a minute of renewals.
+//
+// Its look is a reconcile like any other for the pace: it starts the time
+// the pace measures the load in. A restarted operator whose FencedLeases all
+// wait (a previous process left them so) would otherwise never measure, and
+// never grant one. A FencedLease that waits only for that measure looks
+// again as soon as it is done.
 func (r *Reconciler) waitForCapacity(ctx context.Context, fl *fencingv1alpha1.FencedLease) (ctrl.Result, error) {
+	now := r.Clock.Now()
+	r.pace.worked(now, 0, false)
 	base := fl.DeepCopy()
 	p := policyOf(fl, r.PendingGrace)
 	s := &scope{fl: fl, plan: holder.Plan{Waiting: holder.WaitingForCapacity}}
 	setHeld(s)
 	setReady(s)
 	result := ctrl.Result{RequeueAfter: p.LeaseDuration}
-	r.reportPace()
+	if r.pace.admits(now) {
+		// Waiting only for the load to be measured.
+		result.RequeueAfter = min(result.RequeueAfter, r.pace.untilMeasured(now)+time.Millisecond)
+	}
+	r.pace.report(ctx)
 	if equality.Semantic.DeepEqual(base.Status, fl.Status) {
 		return result, nil
 	}
@@ -86,25 +76,4 @@ func (r *Reconciler) waitForCapacity(ctx context.Context, fl *fencingv1alpha1.Fe
 		return ctrl.Result{}, fmt.Errorf("patch status of FencedLease %s: %w", klog.KObj(fl), err)
 	}
 	return result, nil
-}
-
-// reportPace sets the pace's series and logs each time first grants stop
-// or start being admitted, with the reason: the operator's one word on why
-// new FencedLeases wait.
-func (r *Reconciler) reportPace() {
-	st := r.pace.Status()
-	renewalShareGauge.Set(st.Share)
-	renewalStretchGauge.Set(st.Stretch)
-	saturatedGauge.Set(map[bool]float64{true: 0, false: 1}[st.Admitting])
-	firstGrantRateGauge.Set(st.Rate)
-	renewalLatenessGauge.Set(st.Peak)
-	if r.admitting.Swap(st.Admitting) == st.Admitting {
-		return
-	}
-	log := ctrl.Log.WithName("pace")
-	if st.Admitting {
-		log.Info("Admitting first grants again", "ratePerSecond", st.Rate, "share", st.Share, "stretch", st.Stretch)
-		return
-	}
-	log.Info("First grants wait: "+st.Why, "ratePerSecond", st.Rate, "share", st.Share, "stretch", st.Stretch, "lateness", st.Peak)
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -59,9 +60,9 @@ func TestSaturatedOperatorWritesOnlyTheStatusOfANewFencedLease(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(fl).WithStatusSubresource(fl).Build()
 	r := &Reconciler{Client: c, APIReader: c, Clock: clock.RealClock{}}
 	r.once.Do(r.defaults)
-	r.pace = saturatedPace()
-	if !r.pace.Saturated() {
-		t.Fatalf("the pace is not saturated: %+v", r.pace.Status())
+	r.pace.pace = saturatedPace()
+	if !r.pace.pace.Saturated() {
+		t.Fatalf("the pace is not saturated: %+v", r.pace.pace.Status())
 	}
 	ctx, key := context.Background(), types.NamespacedName{Namespace: "n", Name: "db"}
 	res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
@@ -95,7 +96,7 @@ func TestSaturatedOperatorWritesOnlyTheStatusOfANewFencedLease(t *testing.T) {
 
 	// A restarted operator, its load not measured yet: a FencedLease the
 	// previous process left waiting goes on waiting, without a write.
-	r.pace = pace.New(1)
+	r.pace.pace = pace.New(1)
 	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
 		t.Fatal(err)
 	}
@@ -105,11 +106,59 @@ func TestSaturatedOperatorWritesOnlyTheStatusOfANewFencedLease(t *testing.T) {
 	}
 
 	// Room again, measured: the finalizer first, as for any FencedLease.
-	r.pace = idlePace()
+	r.pace.pace = idlePace()
 	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Get(ctx, key, got); err != nil || len(got.Finalizers) != 1 {
 		t.Errorf("with room again: finalizers %v (%v), want the operator's", got.Finalizers, err)
+	}
+}
+
+// TestRestartedOperatorGrantsAFencedLeaseLeftWaiting: a FencedLease that a
+// previous process left waiting for capacity is all a restarted, idle
+// operator has to reconcile. Its looks must count as the time the pace
+// measures: once the load is measured (two windows), the FencedLease goes
+// on to its finalizer, and its looks come no later than that.
+func TestRestartedOperatorGrantsAFencedLeaseLeftWaiting(t *testing.T) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, fencingv1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fl := &fencingv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "db", Generation: 1},
+		Spec: fencingv1alpha1.FencedLeaseSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+			LeaseDurationSeconds: 3600},
+	}
+	meta.SetStatusCondition(&fl.Status.Conditions, metav1.Condition{Type: fencingv1alpha1.ConditionHeld, Status: metav1.ConditionFalse,
+		Reason: fencingv1alpha1.ReasonWaitingForCapacity, Message: "written by the process before"})
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(fl).WithStatusSubresource(fl).Build()
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	r := &Reconciler{Client: c, APIReader: c, Clock: clk}
+	ctx, key := context.Background(), types.NamespacedName{Namespace: "n", Name: "db"}
+	var waited time.Duration
+	for look := 0; ; look++ {
+		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := &fencingv1alpha1.FencedLease{}
+		if err := c.Get(ctx, key, got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Finalizers) == 1 {
+			t.Logf("on its way after %d looks, %s", look+1, waited)
+			if waited > pace.MeasureTime+time.Second {
+				t.Errorf("waited %s, want no longer than the %s the pace measures", waited, pace.MeasureTime)
+			}
+			return
+		}
+		if look == 10 || res.RequeueAfter <= 0 {
+			t.Fatalf("still waiting after %d looks, %s (next look in %s): the idle operator never measures its load", look+1, waited, res.RequeueAfter)
+		}
+		clk.SetTime(clk.Now().Add(res.RequeueAfter))
+		waited += res.RequeueAfter
 	}
 }

@@ -2,28 +2,20 @@ package fencedlease
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
-	"k8s.io/utils/clock"
 
 	"github.com/fencedlease/fencedlease/internal/holder"
 )
 
-// observations remembers, per FencedLease, what the operator saw of the
-// current grant on its own monotonic clock. Expiry is judged from here, never
-// by comparing wall clocks written by other machines. A grant the operator has
-// not seen before (after a restart, or written by another replica) counts as
-// freshly renewed.
-type observations struct {
-	clock clock.PassiveClock
-	mu    sync.Mutex
-	byKey map[types.NamespacedName]*observation
-}
-
+// observation is what the operator saw of the current grant of one
+// FencedLease on its own monotonic clock (part of its memory). Expiry is
+// judged from here, never by comparing wall clocks written by other
+// machines. A grant the operator has not seen before (after a restart, or
+// written by another replica) counts as freshly renewed.
 type observation struct {
 	grant     string // identifies one grant: transitions and holder UID
 	rv        string // the newest Lease resourceVersion seen; older reads are ignored
@@ -39,10 +31,11 @@ type observation struct {
 	// over (decideDeleting), until a newer Lease is seen: the record of the
 	// Lease it re-creates.
 	dropped *coordinationv1.Lease
-}
-
-func newObservations(c clock.PassiveClock) *observations {
-	return &observations{clock: c, byKey: map[types.NamespacedName]*observation{}}
+	// credit is, once a vouched grant has ended, the latest time its
+	// heartbeat may have renewed it (creditAfterEnd); creditFor the grant
+	// it was worked out for.
+	credit    time.Time
+	creditFor string
 }
 
 func grantKey(l *coordinationv1.Lease) string {
@@ -64,10 +57,10 @@ func renewTimeOf(l *coordinationv1.Lease) string {
 // A changed renewTime on the same grant is a renewal confirmed by someone
 // (another replica, the holder, or this one before a lost response); renewed
 // reports one.
-func (o *observations) observe(key types.NamespacedName, l *coordinationv1.Lease, fence int64) (c holder.Clock, renewed bool) {
+func (o *memories) observe(key types.NamespacedName, l *coordinationv1.Lease, fence int64) (c holder.Clock, renewed bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	now, obs := o.clock.Now(), o.get(key)
+	now, obs := o.clock.Now(), &o.get(key).observation
 	switch g := grantKey(l); {
 	case !newer(l.ResourceVersion, obs.rv):
 		// A read older than one already seen (a lagging cache) says nothing new.
@@ -84,28 +77,49 @@ func (o *observations) observe(key types.NamespacedName, l *coordinationv1.Lease
 	if fence > obs.maxFence {
 		obs.maxFence = fence
 	}
-	return holder.Clock{Now: now, RenewedAt: obs.renewedAt, GrantedAt: obs.grantedAt}, renewed
+	return holder.Clock{Now: now, RenewedAt: obs.renewedAt, WrittenAt: obs.renewedAt, GrantedAt: obs.grantedAt}, renewed
+}
+
+// endCredit returns the credit worked out for the ended grant of key whose
+// Lease is l, if it was.
+func (o *memories) endCredit(key types.NamespacedName, l *coordinationv1.Lease) (time.Time, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	obs := &o.get(key).observation
+	if obs.creditFor != grantKey(l) {
+		return time.Time{}, false
+	}
+	return obs.credit, true
+}
+
+// setEndCredit records the credit of the ended grant of key whose Lease is
+// l.
+func (o *memories) setEndCredit(key types.NamespacedName, l *coordinationv1.Lease, credit time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	obs := &o.get(key).observation
+	obs.credit, obs.creditFor = credit, grantKey(l)
 }
 
 // heldFor is how long the current grant has lasted since the operator first
 // saw it.
-func (o *observations) heldFor(key types.NamespacedName) time.Duration {
+func (o *memories) heldFor(key types.NamespacedName) time.Duration {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	obs := o.byKey[key]
-	if obs == nil || obs.grantedAt.IsZero() {
+	mem := o.byKey[key]
+	if mem == nil || mem.grantedAt.IsZero() {
 		return 0
 	}
-	return o.clock.Now().Sub(obs.grantedAt)
+	return o.clock.Now().Sub(mem.grantedAt)
 }
 
 // confirmed records a write of this operator to the Lease that the API server
 // confirmed: a renewal, or a new grant. The time is taken after the response,
 // which errs on the side of a later expiry.
-func (o *observations) confirmed(key types.NamespacedName, l *coordinationv1.Lease, fence int64, newGrant bool) {
+func (o *memories) confirmed(key types.NamespacedName, l *coordinationv1.Lease, fence int64, newGrant bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	now, obs := o.clock.Now(), o.get(key)
+	now, obs := o.clock.Now(), &o.get(key).observation
 	if newGrant || obs.grant != grantKey(l) {
 		obs.grant, obs.grantedAt = grantKey(l), now
 	}
@@ -118,7 +132,7 @@ func (o *observations) confirmed(key types.NamespacedName, l *coordinationv1.Lea
 
 // inherited tells whether the current grant of key is one this process has
 // neither written nor renewed yet.
-func (o *observations) inherited(key types.NamespacedName) bool {
+func (o *memories) inherited(key types.NamespacedName) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	obs := o.byKey[key]
@@ -138,7 +152,7 @@ func newer(rv, seen string) bool {
 
 // maxFence is the highest fence this operator has seen for the FencedLease.
 // It survives a storage restore that rewinds every stored record.
-func (o *observations) maxFence(key types.NamespacedName) int64 {
+func (o *memories) maxFence(key types.NamespacedName) int64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if obs := o.byKey[key]; obs != nil {
@@ -149,10 +163,10 @@ func (o *observations) maxFence(key types.NamespacedName) int64 {
 
 // dropped records that this process let go of a deleted Lease whose grant
 // was over; l is the Lease as last written.
-func (o *observations) dropped(key types.NamespacedName, l *coordinationv1.Lease) {
+func (o *memories) dropped(key types.NamespacedName, l *coordinationv1.Lease) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	obs := o.get(key)
+	obs := &o.get(key).observation
 	obs.dropped = l.DeepCopy()
 	if newer(l.ResourceVersion, obs.rv) {
 		obs.rv = l.ResourceVersion
@@ -162,7 +176,7 @@ func (o *observations) dropped(key types.NamespacedName, l *coordinationv1.Lease
 // over returns the Lease this process let go of once its grant was over, if
 // no newer Lease has been seen since, and forgets it: a Lease re-created
 // from it needs no wait for a grant that may still be in use.
-func (o *observations) over(key types.NamespacedName) *coordinationv1.Lease {
+func (o *memories) over(key types.NamespacedName) *coordinationv1.Lease {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	obs := o.byKey[key]
@@ -172,20 +186,4 @@ func (o *observations) over(key types.NamespacedName) *coordinationv1.Lease {
 	l := obs.dropped
 	obs.dropped = nil
 	return l
-}
-
-// get returns the observation of key, creating it; o.mu must be held.
-func (o *observations) get(key types.NamespacedName) *observation {
-	obs := o.byKey[key]
-	if obs == nil {
-		obs = &observation{}
-		o.byKey[key] = obs
-	}
-	return obs
-}
-
-func (o *observations) forget(key types.NamespacedName) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	delete(o.byKey, key)
 }

@@ -3,8 +3,8 @@ package fencedlease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -19,11 +19,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/holder"
-	"github.com/fencedlease/fencedlease/internal/pace"
 )
 
 // DefaultPendingGrace is how long a grant written but not committed is left to
@@ -67,16 +68,16 @@ type Reconciler struct {
 	// Protection, if set, reports a FencedLease whose namespace the fencing
 	// webhook does not cover as Degraded (ProtectionUnavailable).
 	Protection ProtectionChecker
+	// Heartbeat, if set, vouches for the grants of renewal Operator, which
+	// then cost no write of their own but one every refresh interval
+	// (heartbeat.go); without it, the operator renews each grant itself.
+	Heartbeat *Heartbeat
 
-	once         sync.Once
-	observations *observations
-	pace         *pace.Pace
-	// admitting is whether first grants were admitted when last reported.
-	admitting atomic.Bool
-	retries   retries
-	expiries  expiries
-	tracks    leaseTracks
-	written   written
+	once sync.Once
+	// mem is what this process remembers of each FencedLease.
+	mem *memories
+	// pace is the one place the controller meets its pace.
+	pace *pacer
 }
 
 // scope is what one reconcile knows and decides about one FencedLease.
@@ -128,61 +129,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	fl := &fencingv1alpha1.FencedLease{}
 	if err := r.Get(ctx, req.NamespacedName, fl); err != nil {
 		if apierrors.IsNotFound(err) {
-			// Gone: clear what a replica that had not seen the deletion may
-			// have written after the finalizer cleared it.
-			r.forgetMetrics(req.NamespacedName)
-			r.written.forget(req.NamespacedName)
-			r.retries.settled(req.NamespacedName)
-			r.expiries.forget(req.NamespacedName)
-			if err := r.releaseOrphan(ctx, req.NamespacedName); err != nil {
-				return ctrl.Result{}, err
-			}
-			return ctrl.Result{}, r.clearPods(ctx, req.Namespace, req.Name, "")
+			return ctrl.Result{}, r.reconcileGone(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, err
 	}
-	r.written.refresh(fl)
+	r.mem.refresh(fl)
 	if !fl.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.reconcileDelete(ctx, fl)
+		return r.reconcileDelete(ctx, fl)
 	}
 	if r.waitsForCapacity(fl, r.Clock.Now()) {
 		return r.waitForCapacity(ctx, fl)
 	}
 	if !controllerutil.ContainsFinalizer(fl, fencingv1alpha1.Finalizer) {
-		base := fl.DeepCopy()
-		controllerutil.AddFinalizer(fl, fencingv1alpha1.Finalizer)
-		if err := r.Patch(ctx, fl, client.MergeFrom(base)); err != nil {
-			return ctrl.Result{}, err
-		}
-		r.written.remember(fl)
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.addFinalizer(ctx, fl)
 	}
 
-	s := &scope{key: req.NamespacedName, fl: fl, recorded: *fl.Status.DeepCopy(), behind: r.expiries.has(req.NamespacedName)}
+	s := &scope{key: req.NamespacedName, fl: fl, recorded: *fl.Status.DeepCopy(), behind: r.mem.expired(req.NamespacedName)}
 	base := fl.DeepCopy()
 	started := r.Clock.Now()
-	defer func() {
-		requeue, err := r.patchStatus(ctx, base, s, retErr == nil)
-		if err != nil {
-			retErr = kerrors.NewAggregate([]error{retErr, err})
-		}
-		switch {
-		case retErr != nil:
-			// Retried with the controller's backoff; a requeue time
-			// would be ignored (and warned about).
-			result.RequeueAfter = 0
-			r.retries.settled(s.key)
-		case s.stale || s.again || requeue:
-			result = soonest(result, ctrl.Result{RequeueAfter: r.retries.next(s.key)})
-		default:
-			r.retries.settled(s.key)
-		}
-		r.recordMetrics(s)
-		r.reportPace()
-		result.Priority = priorityOf(s)
-		now := r.Clock.Now()
-		r.pace.Worked(now, now.Sub(started), keepsGrant(s))
-	}()
+	defer func() { result, retErr = r.finish(ctx, base, s, started, result, retErr) }()
 
 	for _, step := range []func(context.Context, *scope) (ctrl.Result, error){
 		r.reconcileInputs,
@@ -201,6 +166,54 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	return result, nil
 }
 
+// reconcileGone clears, for a FencedLease that is gone, what a replica that
+// had not seen the deletion may have written after the finalizer cleared it.
+func (r *Reconciler) reconcileGone(ctx context.Context, key types.NamespacedName) error {
+	r.mem.forget(key)
+	if err := r.releaseOrphan(ctx, key); err != nil {
+		return err
+	}
+	return r.clearPods(ctx, key.Namespace, key.Name, "")
+}
+
+// addFinalizer adds the FencedLease's finalizer; its update triggers the
+// reconcile that goes on.
+func (r *Reconciler) addFinalizer(ctx context.Context, fl *fencingv1alpha1.FencedLease) error {
+	base := fl.DeepCopy()
+	controllerutil.AddFinalizer(fl, fencingv1alpha1.Finalizer)
+	if err := r.Patch(ctx, fl, client.MergeFrom(base)); err != nil {
+		return err
+	}
+	r.mem.remember(fl)
+	return nil
+}
+
+// finish ends a reconcile: the one status patch, when to come back, the
+// metrics and the pace's account of the work.
+func (r *Reconciler) finish(ctx context.Context, base *fencingv1alpha1.FencedLease, s *scope, started time.Time, result ctrl.Result, retErr error) (ctrl.Result, error) {
+	requeue, err := r.patchStatus(ctx, base, s, retErr == nil)
+	if err != nil {
+		retErr = kerrors.NewAggregate([]error{retErr, err})
+	}
+	switch {
+	case retErr != nil:
+		// Retried with the controller's backoff; a requeue time would be
+		// ignored (and warned about).
+		result.RequeueAfter = 0
+		r.mem.settled(s.key)
+	case s.stale || s.again || requeue:
+		result = soonest(result, ctrl.Result{RequeueAfter: r.mem.retryAfter(s.key)})
+	default:
+		r.mem.settled(s.key)
+	}
+	r.recordMetrics(s)
+	r.pace.report(ctx)
+	result.Priority = priorityOf(s)
+	now := r.Clock.Now()
+	r.pace.worked(now, now.Sub(started), keepsGrant(s))
+	return result, retErr
+}
+
 // reconcileInputs reads the Lease (creating it if missing), the pods and
 // their nodes.
 func (r *Reconciler) reconcileInputs(ctx context.Context, s *scope) (ctrl.Result, error) {
@@ -214,6 +227,10 @@ func (r *Reconciler) reconcileInputs(ctx context.Context, s *scope) (ctrl.Result
 		s.stale = true
 		return ctrl.Result{}, nil
 	case err != nil:
+		s.inputErr = err
+		return ctrl.Result{}, err
+	}
+	if l, err = r.leaseBehindCache(ctx, s.key, l); err != nil {
 		s.inputErr = err
 		return ctrl.Result{}, err
 	}
@@ -261,11 +278,18 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&coordinationv1.Lease{}, builder.WithPredicates(leaseChanged())).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.fencedLeasesForPod)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.fencedLeasesForNode), builder.WithPredicates(nodeHealthChanged())).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers, RateLimiter: errorRateLimiter()}).
 		Named("fencedlease")
 	if r.Protection != nil {
 		for _, src := range r.Protection.Sources(mgr.GetClient()) {
 			b = b.WatchesRawSource(src)
+		}
+	}
+	if r.Heartbeat != nil {
+		wake := make(chan event.TypedGenericEvent[*fencingv1alpha1.FencedLease], 1024)
+		b = b.WatchesRawSource(source.Channel(wake, &handler.TypedEnqueueRequestForObject[*fencingv1alpha1.FencedLease]{}))
+		if err := mgr.Add(&heartbeatRunner{r: r, wake: wake}); err != nil {
+			return fmt.Errorf("add the heartbeat: %w", err)
 		}
 	}
 	return b.Complete(r)
@@ -282,9 +306,8 @@ func (r *Reconciler) defaults() {
 	if r.Workers <= 0 {
 		r.Workers = DefaultWorkers
 	}
-	r.observations = newObservations(r.Clock)
-	r.pace = pace.New(r.Workers)
-	r.admitting.Store(true)
+	r.mem = newMemories(r.Clock)
+	r.pace = newPacer(r.Workers)
 }
 
 // soonest combines two results, keeping the earliest requeue.

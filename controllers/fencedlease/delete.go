@@ -2,8 +2,10 @@ package fencedlease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,30 +19,97 @@ import (
 	"github.com/fencedlease/fencedlease/internal/holder"
 )
 
-// reconcileDelete releases everything a FencedLease being deleted holds:
-// first the Lease is deleted, so that no replica can confirm the grant any
-// more and publish it again; then the pods lose the label and annotations
-// (and the holder condition), which also makes a publication still in flight
-// fail its optimistic lock; then the finalizer goes. The Lease is deleted here
-// rather than left to the garbage collector so that deletion is complete when
-// the FencedLease is gone.
-func (r *Reconciler) reconcileDelete(ctx context.Context, fl *fencingv1alpha1.FencedLease) error {
+// reconcileDelete releases everything a FencedLease being deleted holds. Its
+// grant ends as any grant does, not at once: the Lease is deleted, and kept
+// by its finalizer until the grant is over (revoked at once; with takeover
+// Safe, until it expired on the operator's clock or its holder is reported
+// terminated), exactly as a Lease deleted by anyone else (decideDeleting).
+// A holder that renews its own grant sees the revocation and stops, and
+// until then no FencedLease of the same name can be created, so none can
+// grant another pod while the old holder may still act on its grant. Only
+// then do the pods lose the label and annotations (which also makes a
+// publication still in flight fail its optimistic lock), and the finalizer
+// goes. The Lease is deleted here rather than left to the garbage collector
+// so that deletion is complete when the FencedLease is gone.
+func (r *Reconciler) reconcileDelete(ctx context.Context, fl *fencingv1alpha1.FencedLease) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(fl, fencingv1alpha1.Finalizer) {
-		return nil
+		return ctrl.Result{}, nil
 	}
-	if err := r.deleteLease(ctx, fl); err != nil {
-		return err
+	key := client.ObjectKeyFromObject(fl)
+	l, err := r.ownLease(ctx, fl)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if l != nil {
+		return r.endGrantOfDeleted(ctx, fl, l)
 	}
 	if err := r.clearPods(ctx, fl.Namespace, fl.Name, fl.UID); err != nil {
-		return err
+		return ctrl.Result{}, err
 	}
-	r.observations.forget(client.ObjectKeyFromObject(fl))
-	r.forgetMetrics(client.ObjectKeyFromObject(fl))
-	r.expiries.forget(client.ObjectKeyFromObject(fl))
-	r.written.forget(client.ObjectKeyFromObject(fl))
+	r.mem.forget(key)
 	// On this FencedLease only: a replica whose cache lags could be deleting
 	// one that is gone, and the name may stand for a new one now.
-	return r.removeFinalizer(ctx, "FencedLease", fl, fencingv1alpha1.Finalizer)
+	return ctrl.Result{}, r.removeFinalizer(ctx, "FencedLease", fl, fencingv1alpha1.Finalizer)
+}
+
+// ownLease returns the Lease of a FencedLease being deleted, if it controls
+// one. A Lease the cache does not show is looked up on the API server before
+// the deletion goes on without it: the cache may not have seen one that
+// another replica created a moment ago.
+func (r *Reconciler) ownLease(ctx context.Context, fl *fencingv1alpha1.FencedLease) (*coordinationv1.Lease, error) {
+	key := client.ObjectKeyFromObject(fl)
+	l := &coordinationv1.Lease{}
+	err := r.Get(ctx, key, l)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, key, l)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get Lease %s: %w", key, err)
+	case !metav1.IsControlledBy(l, fl):
+		return nil, nil
+	}
+	return l, nil
+}
+
+// endGrantOfDeleted deletes the Lease of a FencedLease being deleted and
+// ends its grant as for any deleted Lease: the grant step revokes it, waits,
+// and lets the Lease go (Drop). It looks again until the Lease is gone.
+func (r *Reconciler) endGrantOfDeleted(ctx context.Context, fl *fencingv1alpha1.FencedLease, l *coordinationv1.Lease) (ctrl.Result, error) {
+	if l.DeletionTimestamp == nil {
+		err := r.Delete(ctx, l, client.Preconditions{UID: &l.UID})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return ctrl.Result{}, fmt.Errorf("delete Lease %s: %w", klog.KObj(l), err)
+		}
+		ctrl.LoggerFrom(ctx).Info("Deleted the Lease of a FencedLease being deleted; it stays until its grant is over", "lease", klog.KObj(l))
+		return ctrl.Result{RequeueAfter: r.mem.retryAfter(client.ObjectKeyFromObject(fl))}, nil
+	}
+	if !holder.HasRecord(l) {
+		// Written before the Lease had a finalizer: it goes at once.
+		return ctrl.Result{RequeueAfter: r.mem.retryAfter(client.ObjectKeyFromObject(fl))}, nil
+	}
+	p, err := r.gatherPods(ctx, fl)
+	if err != nil {
+		// An invalid selector leaves no candidate to ask about: the grant
+		// simply waits to expire.
+		var invalid invalidSelectorError
+		if !errors.As(err, &invalid) {
+			return ctrl.Result{}, err
+		}
+		p = &pods{}
+	}
+	s := &scope{key: client.ObjectKeyFromObject(fl), fl: fl, recorded: *fl.Status.DeepCopy(), lease: l, pods: p}
+	res, err := r.reconcileGrant(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if s.stale || s.again {
+		return ctrl.Result{RequeueAfter: r.mem.retryAfter(s.key)}, nil
+	}
+	r.mem.settled(s.key)
+	return res, nil
 }
 
 // clearPods removes the label and annotations of a FencedLease from the pods
@@ -75,6 +144,9 @@ func (r *Reconciler) clearPods(ctx context.Context, namespace, name string, uid 
 	for i := range marked.Items {
 		pod := &marked.Items[i]
 		if err := r.writePod(ctx, fl, pod, holder.Clear, 0, pod.ResourceVersion); err != nil {
+			return err
+		}
+		if err := r.syncHolderCondition(ctx, pod, false); err != nil {
 			return err
 		}
 	}

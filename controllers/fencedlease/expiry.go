@@ -2,7 +2,6 @@ package fencedlease
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -15,40 +14,24 @@ import (
 // queued, at priority 0: behind every renewal that is due.
 const behindRenewals = time.Millisecond
 
-// expiries remembers the FencedLeases whose grant the operator found expired
-// unrenewed, and whose re-grant waits behind the renewals of the grants
-// still held.
-type expiries struct {
-	mu    sync.Mutex
-	byKey map[types.NamespacedName]bool
+// markExpired remembers that key's grant was found expired unrenewed and
+// its re-grant waits behind the renewals of the grants still held; it tells
+// whether it was not remembered before.
+func (m *memories) markExpired(key types.NamespacedName) (first bool) {
+	m.with(key, func(mem *memory) { first, mem.expired = !mem.expired, true })
+	return first
 }
 
-// mark remembers key, and tells whether it was not remembered before.
-func (e *expiries) mark(key types.NamespacedName) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.byKey == nil {
-		e.byKey = map[types.NamespacedName]bool{}
-	}
-	if e.byKey[key] {
-		return false
-	}
-	e.byKey[key] = true
-	return true
+// expired tells whether key's re-grant waits behind the renewals.
+func (m *memories) expired(key types.NamespacedName) (expired bool) {
+	m.with(key, func(mem *memory) { expired = mem.expired })
+	return expired
 }
 
-// has tells whether key waits for its re-grant.
-func (e *expiries) has(key types.NamespacedName) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.byKey[key]
-}
-
-// forget forgets key: its grant is not expired (any more), or it is gone.
-func (e *expiries) forget(key types.NamespacedName) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.byKey, key)
+// notExpired forgets that key's grant was found expired: it is not (any
+// more).
+func (m *memories) notExpired(key types.NamespacedName) {
+	m.with(key, func(mem *memory) { mem.expired = false })
 }
 
 // deferExpired puts the re-grant of a grant that the operator renews, and
@@ -67,15 +50,15 @@ func (e *expiries) forget(key types.NamespacedName) {
 // (pace.Expired), which stops first grants for a while.
 func (r *Reconciler) deferExpired(ctx context.Context, s *scope, now time.Time) {
 	if s.plan.Cause != holder.CauseExpired {
-		r.expiries.forget(s.key)
+		r.mem.notExpired(s.key)
 		s.behind = false
 		return
 	}
 	s.behind = true
-	if !r.expiries.mark(s.key) {
+	if !r.mem.markExpired(s.key) {
 		return
 	}
-	r.pace.Expired(now)
+	r.pace.expired(now)
 	ctrl.LoggerFrom(ctx).V(1).Info("Grant expired unrenewed; re-granting it behind the renewals of the grants still held")
 	s.deferred = true
 }

@@ -17,9 +17,6 @@ import (
 	"github.com/fencedlease/fencedlease/internal/holder"
 )
 
-// regressionRetry is how soon to try again after a fence regression.
-const regressionRetry = 10 * time.Second
-
 // policyOf is the effective timing of a FencedLease, with defaults applied.
 func policyOf(fl *fencingv1alpha1.FencedLease, pendingGrace time.Duration) holder.Policy {
 	duration := time.Duration(fl.Spec.LeaseDurationSeconds) * time.Second
@@ -64,87 +61,191 @@ func firstRenewal(key types.NamespacedName, interval time.Duration) time.Duratio
 	return time.Duration((0.25 + 0.75*u) * float64(interval))
 }
 
-// reconcileGrant decides the next write to the Lease and makes it.
+// reconcileGrant decides the next write to the Lease and makes it, in
+// three parts: gather what the decision needs (the grant as recorded, this
+// process's clock of it, the timing as paced, a handoff request), decide
+// (holder.Decide, pure, then the pace's admission of a first grant and the
+// deferral of a re-grant behind the renewals), and apply the write the plan
+// calls for, each a compare-and-swap on the Lease as read.
 func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result, error) {
-	view := leaseView(s.lease)
-	committed := int64(0)
-	if view.State == holder.StateHeld {
-		committed = view.Fence
+	in, err := r.gatherGrant(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	clk, renewed := r.observations.observe(s.key, s.lease, committed)
-	if renewed && view.State == holder.StateHeld && view.Renewal == holder.RenewalHolder {
-		s.outcome.renewed = holder.RenewalHolder
+	if res, ended, err := r.endRestoredGrant(ctx, s, in.view); ended || err != nil {
+		return res, err
 	}
-	request, pending := handoffRequest(s)
-	policy := policyOf(s.fl, r.PendingGrace)
-	paced := policy
-	paced.RenewInterval = r.pace.Interval(policy.RenewInterval, policy.LeaseDuration)
-	if r.observations.inherited(s.key) {
-		paced.RenewInterval = firstRenewal(s.key, paced.RenewInterval)
-	}
-	s.plan = holder.Decide(holder.Input{
-		Policy:           paced,
-		Lease:            view,
-		Clock:            clk,
-		Candidates:       s.pods.candidates,
-		HandoffRequested: pending,
-	})
-	r.admit(s, view, policy, clk.Now)
-	r.deferExpired(ctx, s, clk.Now)
+	r.decideGrant(ctx, s, in)
 	if s.deferred {
 		return ctrl.Result{RequeueAfter: behindRenewals}, nil
+	}
+	return r.applyGrant(ctx, s, in)
+}
+
+// grantInputs are what a grant decision is made on.
+type grantInputs struct {
+	view holder.Lease
+	clk  holder.Clock
+	// policy is the spec's timing; paced the timing the pace renews at.
+	policy, paced holder.Policy
+	// handoff is the handoff request not handled yet, if pending.
+	handoff string
+	pending bool
+}
+
+// gatherGrant reads the grant as the Lease records it, observes it on this
+// process's clock, and works out the timing and any handoff request.
+func (r *Reconciler) gatherGrant(ctx context.Context, s *scope) (grantInputs, error) {
+	in := grantInputs{view: holder.LeaseOf(s.lease), policy: r.policyOf(s.fl)}
+	committed := int64(0)
+	if in.view.State == holder.StateHeld {
+		committed = in.view.Fence
+	}
+	var renewed bool
+	in.clk, renewed = r.mem.observe(s.key, s.lease, committed)
+	if err := r.vouchedClock(ctx, s, in.view, in.policy, &in.clk); err != nil {
+		return in, err
+	}
+	if renewed && in.view.State == holder.StateHeld && in.view.Renewal == holder.RenewalHolder {
+		s.outcome.renewed = holder.RenewalHolder
+	}
+	in.handoff, in.pending = handoffRequest(s)
+	in.paced = in.policy
+	in.paced.RenewInterval = r.pace.renewInterval(in.policy)
+	if r.mem.inherited(s.key) {
+		in.paced.RenewInterval = firstRenewal(s.key, in.paced.RenewInterval)
+	}
+	return in, nil
+}
+
+// policyOf is the FencedLease's policy for this operator: with its
+// heartbeat's name and refresh when the heartbeat vouches for grants of
+// that lease duration and is being renewed. While it is not (it cannot be
+// written, or this process has not seen it yet), grants are renewed on
+// their own Leases, which takes them off the heartbeat until it is renewed
+// again: a failing heartbeat costs what renewals without one cost, never a
+// grant.
+func (r *Reconciler) policyOf(fl *fencingv1alpha1.FencedLease) holder.Policy {
+	p := policyOf(fl, r.PendingGrace)
+	if r.Heartbeat.vouchesFor(p.LeaseDuration) && r.mem.beatHealthy(r.Clock.Now(), r.Heartbeat.Interval) {
+		p.Voucher, p.Refresh = r.Heartbeat.voucher(), r.Heartbeat.Refresh
+	}
+	return p
+}
+
+// vouchedClock adds the heartbeat to the clock of a grant it vouches for:
+// while the grant is held, its last renewal is the heartbeat's last one
+// seen, if later than the grant's own; once it has ended, the latest time
+// the heartbeat may have renewed it before the end (creditAfterEnd, worked
+// out once per grant). The watchdog learns which grants it vouches for.
+func (r *Reconciler) vouchedClock(ctx context.Context, s *scope, view holder.Lease, p holder.Policy, clk *holder.Clock) error {
+	if r.Heartbeat == nil || view.VouchedBy != r.Heartbeat.voucher() || view.Renewal == holder.RenewalHolder {
+		r.mem.unvouch(s.key)
+		return nil
+	}
+	switch view.State {
+	case holder.StateHeld:
+		r.lookAtBeat(ctx)
+		if b := r.mem.lastBeat(); b.changedAt.After(clk.RenewedAt) {
+			clk.RenewedAt = b.changedAt
+		}
+		r.mem.vouch(s.key, p.LeaseDuration)
+		return nil
+	case holder.StateRevoked, holder.StateReleased:
+		r.mem.unvouch(s.key)
+		credit, ok := r.mem.endCredit(s.key, s.lease)
+		if !ok {
+			var err error
+			if credit, err = r.creditAfterEnd(ctx, s.lease.ResourceVersion); err != nil {
+				return err
+			}
+			r.mem.setEndCredit(s.key, s.lease, credit)
+		}
+		if credit.After(clk.RenewedAt) {
+			clk.RenewedAt = credit
+		}
+	default:
+		r.mem.unvouch(s.key)
+	}
+	return nil
+}
+
+// decideGrant makes the plan: holder.Decide's, then a first grant the pace
+// does not admit waits, and a re-grant after an expiry goes behind the
+// renewals.
+func (r *Reconciler) decideGrant(ctx context.Context, s *scope, in grantInputs) {
+	s.plan = holder.Decide(holder.Input{
+		Policy:           in.paced,
+		Lease:            in.view,
+		Clock:            in.clk,
+		Candidates:       s.pods.candidates,
+		HandoffRequested: in.pending,
+	})
+	r.pace.admit(s, in.view, in.policy, in.clk.Now)
+	r.deferExpired(ctx, s, in.clk.Now)
+	if s.deferred {
+		return
 	}
 	s.outcome.waiting = waitingForLease(s)
 	if s.plan.Cause == holder.CauseStoppedRenewing {
 		s.outcome.renewFailed = holder.RenewalHolder
 	}
-	log := ctrl.LoggerFrom(ctx)
 	if s.plan.Action != holder.Wait {
-		log.V(4).Info("Lease decision", "action", s.plan.Action, "target", s.plan.Target.Name, "why", s.plan.Why)
+		ctrl.LoggerFrom(ctx).V(4).Info("Lease decision", "action", s.plan.Action, "target", s.plan.Target.Name, "why", s.plan.Why)
 	}
+}
+
+// applyGrant makes the write the plan calls for. A write that finds the
+// Lease changed (a conflict) or gone marks the reconcile stale: nothing
+// more is done, and the next look starts over.
+func (r *Reconciler) applyGrant(ctx context.Context, s *scope, in grantInputs) (ctrl.Result, error) {
 	result := ctrl.Result{RequeueAfter: s.plan.RequeueAfter}
 	var err error
 	switch s.plan.Action {
 	case holder.Renew:
-		err = r.renew(ctx, s)
-		if err == nil {
-			r.pace.Late(clk.Now, clk.Now.Sub(clk.RenewedAt)-paced.RenewInterval, policy.LeaseDuration-paced.RenewInterval)
+		if err = r.renew(ctx, s, in.policy); err != nil {
+			s.outcome.renewFailed = holder.RenewalOperator
+		} else {
+			r.pace.renewed(in.clk, in.paced.RenewInterval, in.policy)
 		}
 	case holder.Revoke:
-		err = r.revoke(ctx, s, view)
+		err = r.revoke(ctx, s, in.view)
 	case holder.Grant:
-		result, err = r.grant(ctx, s, view)
+		result, err = r.grant(ctx, s, in.view)
 	case holder.Drop:
 		err = r.drop(ctx, s)
 	}
-	if s.plan.Action == holder.Renew && err != nil {
-		s.outcome.renewFailed = holder.RenewalOperator
-	}
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		log.V(4).Info("Lease changed under us; looking again", "err", err.Error())
+	switch {
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		ctrl.LoggerFrom(ctx).V(4).Info("Lease changed under us; looking again", "err", err.Error())
 		s.stale = true
+		if apierrors.IsConflict(err) {
+			r.checkCacheAhead(ctx, s)
+		}
 		return ctrl.Result{}, nil
+	case err != nil || s.stale:
+		return result, err
 	}
-	if err == nil && !s.stale && pending {
-		r.handledHandoff(ctx, s, request)
+	if in.pending {
+		r.handledHandoff(ctx, s, in.handoff)
 	}
-	if err == nil && !s.stale && s.behind && s.plan.Action != holder.Wait {
+	if s.behind && s.plan.Action != holder.Wait {
 		// Re-granted (or revoked): the reconcile after it publishes the new
 		// grant and schedules its renewals, at their priority.
-		r.expiries.forget(s.key)
+		r.mem.notExpired(s.key)
 		s.behind = false
 	}
-	return result, err
+	return result, nil
 }
 
-func (r *Reconciler) renew(ctx context.Context, s *scope) error {
-	l, err := r.renewLease(ctx, s.lease)
+func (r *Reconciler) renew(ctx context.Context, s *scope, p holder.Policy) error {
+	l, err := r.renewLease(ctx, s.lease, p)
 	if err != nil {
 		return err
 	}
 	s.outcome.renewed = holder.RenewalOperator
 	s.lease = l
-	r.observations.confirmed(s.key, l, leaseView(l).Fence, false)
+	r.mem.confirmed(s.key, l, holder.LeaseOf(l).Fence, false)
 	return nil
 }
 
@@ -152,7 +253,7 @@ func (r *Reconciler) renew(ctx context.Context, s *scope) error {
 // then the old holder is told that it is a standby (best effort: it may be
 // gone).
 func (r *Reconciler) revoke(ctx context.Context, s *scope, view holder.Lease) error {
-	held := r.observations.heldFor(s.key)
+	held := r.mem.heldFor(s.key)
 	l, err := r.revokeLease(ctx, s.lease, handoffMark(s))
 	if err != nil {
 		return err
@@ -171,7 +272,7 @@ func (r *Reconciler) drop(ctx context.Context, s *scope) error {
 	if err != nil {
 		return err
 	}
-	r.observations.dropped(s.key, l)
+	r.mem.dropped(s.key, l)
 	s.lease = l
 	ctrl.LoggerFrom(ctx).Info("Let go of the deleted Lease: its grant is over", "lease", klog.KObj(l))
 	s.again = true
@@ -200,23 +301,33 @@ func (r *Reconciler) grantEnded(ctx context.Context, s *scope, pod string, old h
 }
 
 // grant writes a fresh grant, checks that its fence is greater than every
-// fence published before, and commits it. The floor is checked before the
-// write too, so that a storage that went back in time does not even end the
-// current grant. The commit is the point after which the grant may be
-// published; a grant that fails before it stays pending and is superseded.
+// fence published before, and commits it. The commit is the point after
+// which the grant may be published; a grant that fails before it stays
+// pending and is superseded. While a grant is held, the floor is checked
+// before the write too, against the Lease's version: a storage that went
+// back in time then ends the grant by a revocation, as the plan asks, and
+// grants nothing. Once no grant is held, only the check after the write
+// counts: the Lease's own version moves on only when it is written, so a
+// check before the write would refuse for good after a restore, although
+// the store's revision, and with it the next fence, has long passed the
+// floor.
 func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease) (ctrl.Result, error) {
 	target := s.plan.Target
 	floor := r.fenceFloor(s)
-	if res, regressed := r.checkFence(ctx, s, s.lease.ResourceVersion, floor, target.Name); regressed {
-		// No grant can be made, but the current one ends all the same: its
-		// holder is lost, rotated away, or its grant expired unrenewed.
-		if old.State == holder.StateHeld {
+	if old.State == holder.StateHeld {
+		if res, regressed := r.checkFence(ctx, s, s.lease.ResourceVersion, floor, target.Name); regressed {
+			// No grant can be made, but the current one ends all the same:
+			// its holder is lost, rotated away, or its grant expired
+			// unrenewed.
 			return res, r.revoke(ctx, s, old)
 		}
-		return res, nil
 	}
-	policy := policyOf(s.fl, r.PendingGrace)
-	oldName, held := ptr.Deref(s.lease.Spec.HolderIdentity, ""), r.observations.heldFor(s.key)
+	if wait, refused := r.mem.stillRefused(s.key); wait > 0 {
+		s.degraded = refused
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	policy := r.policyOf(s.fl)
+	oldName, held := ptr.Deref(s.lease.Spec.HolderIdentity, ""), r.mem.heldFor(s.key)
 	l, err := r.writeGrant(ctx, s.lease, target, policy, handoffMark(s))
 	if err != nil {
 		return ctrl.Result{}, err
@@ -242,12 +353,13 @@ func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease) (ctr
 	if regressed {
 		return res, nil
 	}
-	l, err = r.commitGrant(ctx, l, fence)
+	l, err = r.commitGrant(ctx, l, fence, policy)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	s.lease = l
-	r.observations.confirmed(s.key, l, fence, true)
+	r.mem.confirmed(s.key, l, fence, true)
+	r.mem.notRefused(s.key)
 	s.outcome.granted = true
 	r.transition(ctx, s.fl, transition{eventType: eventNormal, reason: fencingv1alpha1.EventGranted, pod: target.Name, fence: fence,
 		outcome: s.plan.Why, message: fmt.Sprintf("Granted the lease to pod %s with fence %d (%s)", target.Name, fence, s.plan.Why)})
@@ -268,6 +380,7 @@ func (r *Reconciler) checkFence(ctx context.Context, s *scope, rv string, floor 
 	case errors.As(err, &regression):
 		s.outcome.regression = true
 		s.degraded = &condition{reason: fencingv1alpha1.ReasonFenceRegression, message: err.Error() + "; no grant is made until it is"}
+		r.mem.refused(s.key, *s.degraded)
 		r.event(ctx, s.fl, eventWarning, fencingv1alpha1.EventFenceRegression,
 			"Refused to grant pod %s: %s (was the API server's storage restored?)", target, err)
 	default:
@@ -292,6 +405,9 @@ func (r *Reconciler) demoteHolder(ctx context.Context, s *scope, uid types.UID, 
 		if err := r.writePod(ctx, s.fl, pod, action, grant, pod.ResourceVersion); err != nil {
 			ctrl.LoggerFrom(ctx).Info("Cannot demote the old holder yet", "pod", pod.Name, "err", err.Error())
 			continue
+		}
+		if err := r.syncHolderCondition(ctx, pod, false); err != nil {
+			ctrl.LoggerFrom(ctx).Info("Cannot set the old holder's condition yet", "pod", pod.Name, "err", err.Error())
 		}
 		r.podEvent(pod, s.fl, eventNormal, fencingv1alpha1.EventHolderLost, "Demote",
 			"No longer holds FencedLease %s: its grant with fence %d ended (%s)", s.fl.Name, fence, s.plan.Why)

@@ -121,5 +121,5 @@ func (r *Reconciler) nodeOf(ctx context.Context, pod *corev1.Pod) (*corev1.Node,
 // Annotations that others may write — pods, protected objects — never count:
 // a forged one must not be able to block every grant.
 func (r *Reconciler) fenceFloor(s *scope) int64 {
-	return holder.MaxFence(s.recorded.Fence, s.fl.Status.Fence, fenceAnnotation(s.lease.Annotations), r.observations.maxFence(s.key))
+	return holder.MaxFence(s.recorded.Fence, s.fl.Status.Fence, fenceAnnotation(s.lease.Annotations), r.mem.maxFence(s.key))
 }

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +18,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/holder"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 const (
@@ -40,26 +39,9 @@ func (e errLeaseNotOwned) Error() string {
 // API server has (it was created a moment ago): look again later.
 var errLeaseLagging = errors.New("the Lease cache lags behind the API server")
 
-// leaseView is the grant recorded on the Lease, as internal/holder sees it.
-func leaseView(l *coordinationv1.Lease) holder.Lease {
-	return holder.Lease{
-		State:     l.Annotations[annotationState],
-		HolderUID: types.UID(l.Annotations[annotationHolderUID]),
-		Fence:     fenceAnnotation(l.Annotations),
-		Renewal:   l.Annotations[fencingv1alpha1.LeaseAnnotationRenewal],
-		Deleting:  l.DeletionTimestamp != nil,
-	}
-}
-
 // fenceAnnotation reads a fence written by the operator; anything that does
 // not parse counts as no fence.
-func fenceAnnotation(ann map[string]string) int64 {
-	n, err := strconv.ParseInt(ann[annotationFence], 10, 64)
-	if err != nil || n < 0 {
-		return 0
-	}
-	return n
-}
+func fenceAnnotation(ann map[string]string) int64 { return record.FenceOf(ann[record.AnnotationFence]) }
 
 // getOrCreateLease returns the Lease of the FencedLease, creating it when it
 // is missing. Before creating, the FencedLease is read from the API server:
@@ -86,7 +68,7 @@ func (r *Reconciler) getOrCreateLease(ctx context.Context, fl *fencingv1alpha1.F
 	if live.UID != fl.UID || live.DeletionTimestamp != nil {
 		return nil, errLeaseLagging // the cache lags behind a deletion
 	}
-	l = revokedLease(live, r.observations.maxFence(key), r.observations.over(key))
+	l = revokedLease(live, r.mem.maxFence(key), r.mem.over(key))
 	if err := controllerutil.SetControllerReference(fl, l, r.Scheme()); err != nil {
 		return nil, fmt.Errorf("set owner of Lease %s: %w", klog.KObj(l), err)
 	}
@@ -119,7 +101,7 @@ func revokedLease(fl *fencingv1alpha1.FencedLease, remembered int64, over *coord
 		return l
 	}
 	if fence > 0 {
-		l.Annotations[annotationFence] = strconv.FormatInt(fence, 10)
+		l.Annotations[annotationFence] = record.FormatFence(fence)
 	}
 	l.Spec.LeaseTransitions = ptr.To(transitions)
 	if over != nil {
@@ -145,7 +127,7 @@ func (r *Reconciler) adoptLease(ctx context.Context, fl *fencingv1alpha1.FencedL
 	}
 	adopted := l.DeepCopy()
 	adopted.OwnerReferences = nil
-	keepRecord(adopted)
+	holder.KeepRecord(adopted)
 	if err := controllerutil.SetControllerReference(fl, adopted, r.Scheme()); err != nil {
 		return nil, fmt.Errorf("set owner of Lease %s: %w", klog.KObj(l), err)
 	}
@@ -163,134 +145,59 @@ func controlledByFencedLease(l *coordinationv1.Lease, name string) bool {
 		ref.APIVersion == fencingv1alpha1.GroupVersion.String()
 }
 
-// updateLease writes the Lease as a compare-and-swap: the resourceVersion it
-// was read with is the precondition, so two writers that read the same Lease
+// writeLease writes the next version of the Lease that a write of
+// internal/holder made, as a compare-and-swap: the resourceVersion it was
+// read with is the precondition, so two writers that read the same Lease
 // never both succeed.
-func (r *Reconciler) updateLease(ctx context.Context, l *coordinationv1.Lease, what string, mutate func(*coordinationv1.Lease)) (*coordinationv1.Lease, error) {
-	next := l.DeepCopy()
-	if next.Annotations == nil {
-		next.Annotations = map[string]string{}
-	}
-	mutate(next)
-	keepRecord(next)
+func (r *Reconciler) writeLease(ctx context.Context, next *coordinationv1.Lease, what string) (*coordinationv1.Lease, error) {
 	if err := r.Update(ctx, next); err != nil {
-		return nil, fmt.Errorf("%s on Lease %s: %w", what, klog.KObj(l), err)
+		return nil, fmt.Errorf("%s on Lease %s: %w", what, klog.KObj(next), err)
 	}
 	return next, nil
 }
 
-// keepRecord gives a Lease the operator's finalizer (a Lease written before
-// there was one gets it with its next write), unless it is being deleted:
-// the API server adds no finalizer then.
-func keepRecord(l *coordinationv1.Lease) {
-	if l.DeletionTimestamp == nil {
-		controllerutil.AddFinalizer(l, fencingv1alpha1.LeaseFinalizer)
-	}
-}
-
-// dropLease lets a deleted Lease go once its grant is over: it removes the
-// operator's finalizer, as a compare-and-swap on the version that was
-// decided on. The Lease is then gone; the next reconcile re-creates it.
+// dropLease lets a deleted Lease go once its grant is over (DropWrite). The
+// Lease is then gone; the next reconcile re-creates it.
 func (r *Reconciler) dropLease(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	next := l.DeepCopy()
-	controllerutil.RemoveFinalizer(next, fencingv1alpha1.LeaseFinalizer)
-	if err := r.Update(ctx, next); err != nil {
-		return nil, fmt.Errorf("let go of deleted Lease %s: %w", klog.KObj(l), err)
-	}
-	return next, nil
+	return r.writeLease(ctx, holder.DropWrite(l), "let go of the deleted grant")
 }
 
-// writeGrant is the grant: one compare-and-swap write of the Lease that
-// names the new holder, the renewal mode and the renew interval (for a
-// holder that renews). Its resulting resourceVersion is the fence. The grant
-// stays pending until commitGrant records that fence.
+// writeGrant is the grant (GrantWrite); its resulting resourceVersion is
+// the fence. The grant stays pending until commitGrant records that fence.
 func (r *Reconciler) writeGrant(ctx context.Context, l *coordinationv1.Lease, target holder.Candidate, p holder.Policy, marks map[string]string) (*coordinationv1.Lease, error) {
-	return r.updateLease(ctx, l, "grant to pod "+target.Name, func(next *coordinationv1.Lease) {
-		for k, v := range marks {
-			next.Annotations[k] = v
-		}
-		now := metav1.NewMicroTime(r.Clock.Now())
-		next.Spec.HolderIdentity = ptr.To(target.Name)
-		next.Spec.AcquireTime = &now
-		next.Spec.RenewTime = &now
-		next.Spec.LeaseDurationSeconds = ptr.To(int32(p.LeaseDuration / time.Second))
-		next.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
-		next.Annotations[annotationHolderUID] = string(target.UID)
-		next.Annotations[annotationState] = holder.StatePending
-		next.Annotations[fencingv1alpha1.LeaseAnnotationRenewal] = p.Renewal
-		next.Annotations[fencingv1alpha1.LeaseAnnotationRenewInterval] = strconv.Itoa(int(p.RenewInterval / time.Second))
-	})
+	return r.writeLease(ctx, holder.GrantWrite(l, target, p, r.Clock.Now(), marks), "grant to pod "+target.Name)
 }
 
-// commitGrant records the fence of a pending grant on the Lease, again as a
-// compare-and-swap on the grant's own resourceVersion: it succeeds only if
-// nothing else wrote the Lease since the grant.
-func (r *Reconciler) commitGrant(ctx context.Context, l *coordinationv1.Lease, fence int64) (*coordinationv1.Lease, error) {
-	return r.updateLease(ctx, l, fmt.Sprintf("commit fence %d", fence), func(next *coordinationv1.Lease) {
-		next.Annotations[annotationFence] = strconv.FormatInt(fence, 10)
-		next.Annotations[annotationState] = holder.StateHeld
-	})
+// commitGrant records the fence of a pending grant (CommitWrite).
+func (r *Reconciler) commitGrant(ctx context.Context, l *coordinationv1.Lease, fence int64, p holder.Policy) (*coordinationv1.Lease, error) {
+	return r.writeLease(ctx, holder.CommitWrite(l, fence, p), fmt.Sprintf("commit fence %d", fence))
 }
 
-// renewLease extends the current grant; a conflict means someone else wrote
-// the Lease, and the next reconcile looks again rather than overwrite it.
-func (r *Reconciler) renewLease(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	return r.updateLease(ctx, l, "renew", func(next *coordinationv1.Lease) {
-		now := metav1.NewMicroTime(r.Clock.Now())
-		next.Spec.RenewTime = &now
-	})
+// renewLease extends the current grant (RenewWrite); a conflict means
+// someone else wrote the Lease, and the next reconcile looks again rather
+// than overwrite it.
+func (r *Reconciler) renewLease(ctx context.Context, l *coordinationv1.Lease, p holder.Policy) (*coordinationv1.Lease, error) {
+	return r.writeLease(ctx, holder.RenewWrite(l, p, r.Clock.Now()), "renew")
 }
 
-// revokeLease marks the grant as no longer renewed. It keeps the holder and
-// the renew time, which say when the grant ends. marks are more annotations
-// to set in the same write.
+// revokeLease marks the grant as no longer renewed (RevokeWrite).
 func (r *Reconciler) revokeLease(ctx context.Context, l *coordinationv1.Lease, marks map[string]string) (*coordinationv1.Lease, error) {
-	return r.updateLease(ctx, l, "revoke the grant", func(next *coordinationv1.Lease) {
-		for k, v := range marks {
-			next.Annotations[k] = v
-		}
-		next.Annotations[annotationState] = holder.StateRevoked
-	})
-}
-
-// deleteLease deletes the Lease of a FencedLease being deleted, if it
-// controls it.
-func (r *Reconciler) deleteLease(ctx context.Context, fl *fencingv1alpha1.FencedLease) error {
-	l := &coordinationv1.Lease{}
-	err := r.Get(ctx, types.NamespacedName{Namespace: fl.Namespace, Name: fl.Name}, l)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case err != nil:
-		return fmt.Errorf("get Lease %s/%s: %w", fl.Namespace, fl.Name, err)
-	case !metav1.IsControlledBy(l, fl):
-		return nil
-	}
-	if err := r.releaseLease(ctx, l); err != nil {
-		return err
-	}
-	if l.DeletionTimestamp != nil {
-		return nil
-	}
-	if err := client.IgnoreNotFound(r.Delete(ctx, l, client.Preconditions{UID: &l.UID})); err != nil {
-		return fmt.Errorf("delete Lease %s: %w", klog.KObj(l), err)
-	}
-	return nil
+	return r.writeLease(ctx, holder.RevokeWrite(l, marks), "revoke the grant")
 }
 
 // releaseLease removes the operator's finalizer from a Lease whose
-// FencedLease is being deleted or is gone: nothing can confirm its grant any
-// more. A merge patch of the finalizers alone, without a resourceVersion, so
+// FencedLease is gone: nothing can confirm its grant any more. A merge patch of the finalizers alone, without a resourceVersion, so
 // that a renewal does not make it conflict; but with the Lease's UID, which
 // the API server refuses to change: a Lease created since under the same
 // name, for a FencedLease of the same name created again, is another
 // object, and a replica whose cache still shows the old one must not take
 // the new one's finalizer.
 func (r *Reconciler) releaseLease(ctx context.Context, l *coordinationv1.Lease) error {
-	if !controllerutil.ContainsFinalizer(l, fencingv1alpha1.LeaseFinalizer) {
+	if !holder.HasRecord(l) {
 		return nil
 	}
-	return r.removeFinalizer(ctx, "Lease", l, fencingv1alpha1.LeaseFinalizer)
+	l.Finalizers = holder.WithoutRecord(l)
+	return r.removeFinalizers(ctx, "Lease", l)
 }
 
 // removeFinalizer takes one of the operator's finalizers off obj, on the
@@ -298,6 +205,12 @@ func (r *Reconciler) releaseLease(ctx context.Context, l *coordinationv1.Lease) 
 // that the name no longer stands for, has nothing left to let go.
 func (r *Reconciler) removeFinalizer(ctx context.Context, kind string, obj client.Object, finalizer string) error {
 	controllerutil.RemoveFinalizer(obj, finalizer)
+	return r.removeFinalizers(ctx, kind, obj)
+}
+
+// removeFinalizers writes obj's finalizers as obj carries them (without
+// the operator's), on the object of obj's UID only (finalizersPatch).
+func (r *Reconciler) removeFinalizers(ctx context.Context, kind string, obj client.Object) error {
 	err := r.Patch(ctx, obj, finalizersPatch(obj))
 	switch {
 	case apierrors.IsNotFound(err):
@@ -352,7 +265,7 @@ func (r *Reconciler) releaseOrphan(ctx context.Context, key types.NamespacedName
 		return client.IgnoreNotFound(err)
 	}
 	if l.DeletionTimestamp == nil || !controlledByFencedLease(l, key.Name) ||
-		!controllerutil.ContainsFinalizer(l, fencingv1alpha1.LeaseFinalizer) {
+		!holder.HasRecord(l) {
 		return nil
 	}
 	err := r.APIReader.Get(ctx, key, &fencingv1alpha1.FencedLease{})

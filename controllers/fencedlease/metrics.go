@@ -1,11 +1,11 @@
 package fencedlease
 
 import (
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/fencedlease/fencedlease/internal/holder"
@@ -31,7 +31,7 @@ var (
 	}, leaseLabels)
 	handoffsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fencedlease_handoffs_total",
-		Help: "Committed grants that ended, by cause: deleted, not_ready, node_lost, overlap, holder_stopped_renewing, expired, rotation, manual, released, terminated.",
+		Help: "Committed grants that ended, by cause: " + strings.Join(holder.Causes, ", ") + ".",
 	}, append(leaseLabels, "cause"))
 	expiredWhileRunningTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fencedlease_expired_while_running_total",
@@ -45,6 +45,14 @@ var (
 		Name: "fencedlease_renewal_failures_total",
 		Help: "Renewals that failed: a renewal write of the operator that the API server did not accept (mode Operator), or a holder that did not renew within a lease duration (mode Holder).",
 	}, append(leaseLabels, "mode"))
+	heartbeatsTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencedlease_heartbeats_total",
+		Help: "Renewals of the operator's heartbeat Lease by this process: each renews every grant of renewal Operator the heartbeat vouches for.",
+	})
+	heartbeatFailuresTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencedlease_heartbeat_failures_total",
+		Help: "Renewals of the operator's heartbeat Lease that failed. Grants it vouches for expire a lease duration after its last renewal.",
+	})
 	fenceRegressionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fencedlease_fence_regressions_total",
 		Help: "Grants refused because the API server handed out a resourceVersion not greater than a fence already published (a restored storage).",
@@ -124,7 +132,7 @@ func registerMetrics() {
 		metrics.Registry.MustRegister(grantsTotal, handoffsTotal, expiredWhileRunningTotal, renewalsTotal, renewalFailuresTotal,
 			fenceRegressionsTotal, acquisitionWait, holdDuration, fenceGauge, candidatesGauge, holderGauge, holderSinceGauge,
 			lastRenewalGauge, leaseDurationGauge, pausedGauge, renewalShareGauge, renewalStretchGauge, saturatedGauge,
-			firstGrantRateGauge, renewalLatenessGauge)
+			firstGrantRateGauge, renewalLatenessGauge, heartbeatsTotal, heartbeatFailuresTotal)
 	})
 }
 
@@ -147,28 +155,12 @@ type outcome struct {
 	waiting bool
 }
 
-// leaseTracks keeps, per FencedLease, what the metrics need across
-// reconciles: since when a candidate waits, and the last holder state.
-type leaseTracks struct {
-	mu    sync.Mutex
-	byKey map[types.NamespacedName]*leaseTrack
-}
-
+// leaseTrack is what the metrics need of a FencedLease across reconciles
+// (part of its memory): since when a candidate waits, and the last holder
+// state.
 type leaseTrack struct {
 	waitingSince time.Time
 	holder       *bool
-}
-
-func (t *leaseTracks) get(key types.NamespacedName) *leaseTrack {
-	if t.byKey == nil {
-		t.byKey = map[types.NamespacedName]*leaseTrack{}
-	}
-	tr := t.byKey[key]
-	if tr == nil {
-		tr = &leaseTrack{}
-		t.byKey[key] = tr
-	}
-	return tr
 }
 
 // recordMetrics turns the outcome of one reconcile, and the status it
@@ -198,8 +190,8 @@ func (r *Reconciler) recordMetrics(s *scope) {
 	if o.regression {
 		fenceRegressionsTotal.WithLabelValues(ns, name).Inc()
 	}
-	r.tracks.mu.Lock()
-	tr := r.tracks.get(s.key)
+	r.mem.mu.Lock()
+	tr := &r.mem.get(s.key).track
 	switch {
 	case o.granted:
 		grantsTotal.WithLabelValues(ns, name).Inc()
@@ -220,7 +212,7 @@ func (r *Reconciler) recordMetrics(s *scope) {
 		tr.holder = &held
 		holderSinceGauge.WithLabelValues(ns, name).Set(unixSeconds(time.Now()))
 	}
-	r.tracks.mu.Unlock()
+	r.mem.mu.Unlock()
 	holderGauge.WithLabelValues(ns, name).Set(map[bool]float64{true: 1, false: 0}[held])
 	fenceGauge.WithLabelValues(ns, name).Set(float64(s.fl.Status.Fence))
 	candidatesGauge.WithLabelValues(ns, name).Set(float64(s.fl.Status.Candidates))
@@ -249,16 +241,6 @@ func waitingForLease(s *scope) bool {
 		return true
 	}
 	return false
-}
-
-// forgetMetrics deletes the series of a FencedLease that is gone.
-func (r *Reconciler) forgetMetrics(key types.NamespacedName) {
-	for _, v := range perLease {
-		v.DeletePartialMatch(prometheus.Labels{"namespace": key.Namespace, "name": key.Name})
-	}
-	r.tracks.mu.Lock()
-	delete(r.tracks.byKey, key)
-	r.tracks.mu.Unlock()
 }
 
 // unixSeconds is a wall-clock time for a timestamp series: Prometheus

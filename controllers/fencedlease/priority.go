@@ -38,7 +38,7 @@ func carriesGrant(s *scope) bool {
 	if s.lease == nil {
 		return s.recorded.Holder != nil
 	}
-	switch leaseView(s.lease).State {
+	switch holder.LeaseOf(s.lease).State {
 	case holder.StateHeld, holder.StatePending:
 		return true
 	}
@@ -49,5 +49,5 @@ func carriesGrant(s *scope) bool {
 // it, or found that it is not due yet. Their share of the workers' time
 // paces the renewals (internal/pace).
 func keepsGrant(s *scope) bool {
-	return s.plan.Action == holder.Renew || s.plan.Action == holder.Wait && s.lease != nil && leaseView(s.lease).State == holder.StateHeld
+	return s.plan.Action == holder.Renew || s.plan.Action == holder.Wait && s.lease != nil && holder.LeaseOf(s.lease).State == holder.StateHeld
 }

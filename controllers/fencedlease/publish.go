@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +19,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/holder"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // The annotations of a pod that belong to the operator.
@@ -39,36 +39,11 @@ func (p *pods) all() []*corev1.Pod {
 	return out
 }
 
-// publicationOf reads a pod's label and annotations for the FencedLease. A
-// pod whose label and lease annotation name another FencedLease (or none)
-// carries nothing of this one.
+// publicationOf reads a pod's label and annotations for the FencedLease
+// (record.ParsePod): a pod whose label and lease annotation name another
+// FencedLease (or none) carries nothing of this one.
 func publicationOf(meta metav1.Object, lease string) holder.Publication {
-	ann := meta.GetAnnotations()
-	if meta.GetLabels()[fencingv1alpha1.LabelLease] != lease && ann[fencingv1alpha1.AnnotationLease] != lease {
-		return holder.Publication{UID: meta.GetUID()}
-	}
-	p := holder.Publication{
-		UID:      meta.GetUID(),
-		Labelled: meta.GetLabels()[fencingv1alpha1.LabelLease] == lease,
-		Lease:    ann[fencingv1alpha1.AnnotationLease],
-		Role:     ann[fencingv1alpha1.AnnotationRole],
-		Grant:    parseFence(ann[fencingv1alpha1.AnnotationGrant]),
-	}
-	if raw := ann[fencingv1alpha1.AnnotationFence]; raw != "" {
-		p.Fence = parseFence(raw)
-		if p.Fence == 0 {
-			p.Fence = -1
-		}
-	}
-	return p
-}
-
-func parseFence(raw string) int64 {
-	n, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || n < 0 {
-		return 0
-	}
-	return n
+	return holder.PublicationOf(meta.GetUID(), record.ParsePod(meta.GetLabels(), meta.GetAnnotations(), lease))
 }
 
 // reconcilePods brings the pods in line with the grant, from the caches:
@@ -77,7 +52,7 @@ func parseFence(raw string) int64 {
 // Then, once the status records the committed grant, its holder is published
 // through the live protocol of publishHolder.
 func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) (ctrl.Result, error) {
-	view := leaseView(s.lease)
+	view := holder.LeaseOf(s.lease)
 	// A standby is marked with the committed grant the Lease holds, if it
 	// holds one: that grant was written before the Lease was read, so the
 	// mark is what step 3 of the grant's publication would write, and that
@@ -86,7 +61,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) (ctrl.Result, 
 	if view.State == holder.StateHeld {
 		mark = view.Fence
 	}
-	var errs []error
+	var errs, conditions []error
 	for _, pod := range s.pods.all() {
 		current := view.State == holder.StateHeld && pod.UID == view.HolderUID
 		action := holder.CachedPodAction(publicationOf(pod, s.fl.Name), s.fl.Name, s.pods.candidate(pod.UID), current, view)
@@ -94,6 +69,13 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) (ctrl.Result, 
 		// version only, never to a newer one the cache has not seen.
 		if err := r.writePod(ctx, s.fl, pod, action, mark, pod.ResourceVersion); err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		// Every pass, whatever it wrote: a condition write that failed
+		// once (a conflict with the kubelet, a lost reply, a crash after
+		// the pod write) is made again here.
+		if err := r.syncHolderCondition(ctx, pod, holderConditionWanted(pod, s.fl.Name, view)); err != nil {
+			conditions = append(conditions, err)
 		}
 	}
 	if target, fence := publishable(s); target != nil && len(errs) == 0 {
@@ -101,7 +83,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) (ctrl.Result, 
 			errs = append(errs, err)
 		}
 	}
-	return ctrl.Result{}, podErrors(ctx, s, errs)
+	return ctrl.Result{}, podErrors(ctx, s, append(errs, conditions...))
 }
 
 // errLookAgain marks a publication that must wait for the caches to catch
@@ -135,7 +117,7 @@ func podErrors(ctx context.Context, s *scope, errs []error) error {
 // fencing webhook decides on the status, so the token must not reach the pod
 // before it), and the holder is still eligible.
 func publishable(s *scope) (*corev1.Pod, int64) {
-	v := leaseView(s.lease)
+	v := holder.LeaseOf(s.lease)
 	h := s.recorded.Holder
 	if v.State != holder.StateHeld || v.Fence <= 0 || h == nil || h.PodUID != v.HolderUID || s.recorded.Fence != v.Fence {
 		return nil, 0
@@ -219,9 +201,12 @@ func (r *Reconciler) publishHolder(ctx context.Context, s *scope, target *corev1
 	}
 	ctrl.LoggerFrom(ctx).Info("Published fence to holder", "lease", klog.KObj(s.fl), "holder", target.Name, "fence", fence, "transition", fencingv1alpha1.EventHolderGranted)
 	r.podEvent(target, s.fl, eventNormal, fencingv1alpha1.EventHolderGranted, "Publish", "Holds FencedLease %s with fence %d", s.fl.Name, fence)
+	// The condition is written on the version the publication made: it
+	// fails if the pod changed since (demoted by a newer grant's
+	// publication, say), and the next pass looks again.
 	target.ResourceVersion = live.ResourceVersion
 	target.Annotations = live.Annotations
-	return r.setHolderCondition(ctx, target, true)
+	return r.syncHolderCondition(ctx, target, holderConditionWanted(target, s.fl.Name, holder.LeaseOf(s.lease)))
 }
 
 // confirmGrant reads the Lease from the API server and checks that the grant
@@ -231,7 +216,7 @@ func (r *Reconciler) confirmGrant(ctx context.Context, s *scope, uid types.UID, 
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.lease), live); err != nil {
 		return fmt.Errorf("confirm Lease %s before publishing: %w", klog.KObj(s.lease), err)
 	}
-	if v := leaseView(live); v.State != holder.StateHeld || v.HolderUID != uid || v.Fence != fence {
+	if v := holder.LeaseOf(live); v.State != holder.StateHeld || v.HolderUID != uid || v.Fence != fence {
 		s.stale = true
 		return fmt.Errorf("lease %s moved on before fence %d was published: %w", klog.KObj(live), fence, errLookAgain)
 	}
@@ -241,9 +226,9 @@ func (r *Reconciler) confirmGrant(ctx context.Context, s *scope, uid types.UID, 
 // holderAction is the publication of the holder, as a pod action.
 const holderAction holder.PodAction = "Holder"
 
-// writePod carries out an action on a pod, and keeps the holder condition of
-// its readiness gate in line. With a resourceVersion, the write applies to
-// that version of the pod only.
+// writePod carries out an action on a pod. With a resourceVersion, the
+// write applies to that version of the pod only. On success pod is the pod as
+// the API server stored it.
 func (r *Reconciler) writePod(ctx context.Context, fl *fencingv1alpha1.FencedLease, pod *corev1.Pod, action holder.PodAction, grant int64, resourceVersion string) error {
 	if action == holder.Leave {
 		return nil
@@ -251,10 +236,7 @@ func (r *Reconciler) writePod(ctx context.Context, fl *fencingv1alpha1.FencedLea
 	if err := client.IgnoreNotFound(r.Patch(ctx, pod, publicationPatch(action, fl.Name, grant, resourceVersion))); err != nil {
 		return fmt.Errorf("%s pod %s for FencedLease %s: %w", action, klog.KObj(pod), fl.Name, err)
 	}
-	if action == holder.Label {
-		return nil
-	}
-	return r.setHolderCondition(ctx, pod, false)
+	return nil
 }
 
 // writePodMeta carries out an action on a pod listed from the API server as
@@ -287,10 +269,10 @@ func publicationPatch(action holder.PodAction, lease string, grant int64, resour
 		labels = map[string]any{fencingv1alpha1.LabelLease: lease}
 		ann = map[string]any{fencingv1alpha1.AnnotationLease: lease, fencingv1alpha1.AnnotationRole: holder.RoleStandby, fencingv1alpha1.AnnotationFence: ""}
 		if action == holderAction {
-			ann[fencingv1alpha1.AnnotationRole], ann[fencingv1alpha1.AnnotationFence] = holder.RoleHolder, strconv.FormatInt(grant, 10)
+			ann[fencingv1alpha1.AnnotationRole], ann[fencingv1alpha1.AnnotationFence] = holder.RoleHolder, record.FormatFence(grant)
 		}
 		if grant != 0 {
-			ann[fencingv1alpha1.AnnotationGrant] = strconv.FormatInt(grant, 10)
+			ann[fencingv1alpha1.AnnotationGrant] = record.FormatFence(grant)
 		}
 	case holder.Clear:
 		labels = map[string]any{fencingv1alpha1.LabelLease: nil}
@@ -313,13 +295,28 @@ func publicationPatch(action holder.PodAction, lease string, grant int64, resour
 	return client.RawPatch(types.MergePatchType, data)
 }
 
-// setHolderCondition keeps the fencedlease.io/holder pod condition True on the
-// holder and False elsewhere, for pods that carry the readiness gate, so that
-// only the holder is Ready. A pod being deleted is never made the holder
-// here, but a former holder that is terminating is set False: it would stay
-// Ready for its whole grace period while another pod holds.
-func (r *Reconciler) setHolderCondition(ctx context.Context, pod *corev1.Pod, isHolder bool) error {
-	if !hasReadinessGate(pod) || (pod.DeletionTimestamp != nil && isHolder) {
+// holderConditionWanted says whether the fencedlease.io/holder condition of
+// a pod, as read, should be True: the pod is published as the holder of the
+// grant that the Lease, as read, holds. Anything else is a standby, a pod
+// whose grant ended, or no candidate at all. A pod being deleted is never
+// made the holder here, and a former holder that is terminating is set
+// False: it would stay Ready for its whole grace period while another pod
+// holds.
+func holderConditionWanted(pod *corev1.Pod, lease string, v holder.Lease) bool {
+	p := publicationOf(pod, lease)
+	return pod.DeletionTimestamp == nil && p.Labelled && p.IsHolder() &&
+		v.State == holder.StateHeld && v.HolderUID == pod.UID && v.Fence > 0 && p.Fence == v.Fence
+}
+
+// syncHolderCondition keeps the fencedlease.io/holder condition of a pod that
+// carries the readiness gate as holderConditionWanted says, so that only the
+// holder is Ready. It is a strategic merge patch of that one condition (the
+// conditions merge by type): the kubelet's own conditions, which the cached
+// copy may show as they were, are left as the API server has them. The patch
+// carries the resourceVersion of the pod the decision was made on, so it
+// never applies to a version whose publication the decision did not see.
+func (r *Reconciler) syncHolderCondition(ctx context.Context, pod *corev1.Pod, isHolder bool) error {
+	if !hasReadinessGate(pod) {
 		return nil
 	}
 	status, reason, msg := corev1.ConditionFalse, "Standby", "this pod does not hold the lease"
@@ -331,22 +328,25 @@ func (r *Reconciler) setHolderCondition(ctx context.Context, pod *corev1.Pod, is
 			return nil
 		}
 	}
-	base := pod.DeepCopy()
 	cond := corev1.PodCondition{Type: fencingv1alpha1.ConditionHolder, Status: status, Reason: reason, Message: msg,
 		LastTransitionTime: metav1.NewTime(r.Clock.Now())}
-	replaced := false
-	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == cond.Type {
-			pod.Status.Conditions[i], replaced = cond, true
-		}
-	}
-	if !replaced {
-		pod.Status.Conditions = append(pod.Status.Conditions, cond)
-	}
-	if err := client.IgnoreNotFound(r.Status().Patch(ctx, pod, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))); err != nil {
+	if err := client.IgnoreNotFound(r.Status().Patch(ctx, pod, conditionPatch(cond, pod.ResourceVersion))); err != nil {
 		return fmt.Errorf("set condition %s=%s on pod %s: %w", cond.Type, status, klog.KObj(pod), err)
 	}
 	return nil
+}
+
+// conditionPatch is a strategic merge patch of one pod condition, on the
+// pod's version resourceVersion only.
+func conditionPatch(cond corev1.PodCondition, resourceVersion string) client.Patch {
+	data, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": resourceVersion},
+		"status":   map[string]any{"conditions": []corev1.PodCondition{cond}},
+	})
+	if err != nil {
+		panic(err) // a condition always marshals
+	}
+	return client.RawPatch(types.StrategicMergePatchType, data)
 }
 
 func hasReadinessGate(pod *corev1.Pod) bool {

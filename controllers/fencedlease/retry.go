@@ -1,10 +1,11 @@
 package fencedlease
 
 import (
-	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
+	"golang.org/x/time/rate"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 const (
@@ -16,43 +17,22 @@ const (
 	// conflictRetry is the longest wait between such looks: the wait
 	// doubles with every look in a row that finds the same.
 	conflictRetry = 200 * time.Millisecond
+	// errorRetryMax is the longest wait before a FencedLease whose
+	// reconciles failed (the API server unreachable, replies lost) is
+	// looked at again. controller-runtime's default doubles up to 16
+	// minutes: after an outage of a minute, a FencedLease nothing else
+	// wakes would wait about as long again before it is granted. Leases
+	// last seconds; so does the longest wait.
+	errorRetryMax = 5 * time.Second
 )
 
-// retries counts, per FencedLease, the looks in a row that found their
-// inputs stale or their writes conflicting.
-type retries struct {
-	mu    sync.Mutex
-	byKey map[types.NamespacedName]int
-}
-
-// next is how long to wait before the next look at key, and counts it.
-func (rt *retries) next(key types.NamespacedName) time.Duration {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if rt.byKey == nil {
-		rt.byKey = map[types.NamespacedName]int{}
-	}
-	n := rt.byKey[key]
-	rt.byKey[key] = n + 1
-	return retryAfter(n)
-}
-
-// settled forgets the retries of key: a look found its inputs current.
-func (rt *retries) settled(key types.NamespacedName) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	delete(rt.byKey, key)
-}
-
-// retryAfter is the wait before look n+1 in a row: firstRetry, doubling,
-// up to conflictRetry.
-func retryAfter(n int) time.Duration {
-	d := firstRetry
-	for range n {
-		d *= 2
-		if d >= conflictRetry {
-			return conflictRetry
-		}
-	}
-	return d
+// errorRateLimiter is the workqueue's retry after a failed reconcile: the
+// wait doubles from 5 ms up to errorRetryMax for each FencedLease, and all
+// retries together stay within controller-runtime's default of 10 a second
+// (bursts of 100), so that an outage does not turn into a storm of requests.
+func errorRateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, errorRetryMax),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 }

@@ -18,7 +18,6 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/holder"
-	"github.com/fencedlease/fencedlease/internal/pace"
 )
 
 // patchStatus is the one status write of a reconcile. observedGeneration is
@@ -45,15 +44,15 @@ func (r *Reconciler) patchStatus(ctx context.Context, base *fencingv1alpha1.Fenc
 	switch {
 	case apierrors.IsConflict(err):
 		ctrl.LoggerFrom(ctx).V(4).Info("FencedLease changed under us; recording the status again")
-		r.written.forget(s.key)
+		r.mem.unwritten(s.key)
 		return true, nil
 	case apierrors.IsNotFound(err):
-		r.written.forget(s.key)
+		r.mem.unwritten(s.key)
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("patch status of FencedLease %s: %w", klog.KObj(s.fl), err)
 	}
-	r.written.remember(s.fl)
+	r.mem.remember(s.fl)
 	return false, nil
 }
 
@@ -64,7 +63,7 @@ func (r *Reconciler) computeStatus(ctx context.Context, s *scope) {
 	if s.lease != nil && (st.LeaseResourceVersion == "" || newer(s.lease.ResourceVersion, st.LeaseResourceVersion)) {
 		next := st.DeepCopy()
 		mirrorLease(next, s)
-		if !onlyRenewed(st, next) || pace.ReportsRenewal(timeOf(st.RenewTime), timeOf(next.RenewTime), r.reportingStretch(), r.StatusRenewalInterval) {
+		if !onlyRenewed(st, next) || r.pace.recordsRenewal(r.Clock.Now(), timeOf(st.RenewTime), timeOf(next.RenewTime), r.StatusRenewalInterval) {
 			*st = *next
 		}
 	}
@@ -76,25 +75,11 @@ func (r *Reconciler) computeStatus(ctx context.Context, s *scope) {
 	setReady(s)
 }
 
-// reportingStretch is the stretch that decides how often renewals are
-// recorded in the status: the pace's, and full in a process's first 20 s,
-// before it has measured its load. A process that starts under thousands of
-// held grants renews each of them within a lease duration, at the spec's
-// interval until its pace stretches; recording each of those renewals too,
-// in status patches that cost the API server five times a Lease update, is
-// what the grants' renewals could least afford then.
-func (r *Reconciler) reportingStretch() float64 {
-	if !r.pace.Measured(r.Clock.Now()) {
-		return 1
-	}
-	return r.pace.Stretch()
-}
-
 // mirrorLease records a Lease newer than the one the status records. Fence
 // and transitions never go back, whatever the Lease says (a Lease re-created
 // from an older record).
 func mirrorLease(st *fencingv1alpha1.FencedLeaseStatus, s *scope) {
-	l, v := s.lease, leaseView(s.lease)
+	l, v := s.lease, holder.LeaseOf(s.lease)
 	st.LeaseResourceVersion = l.ResourceVersion
 	st.Transitions = max(st.Transitions, ptr.Deref(l.Spec.LeaseTransitions, 0))
 	st.Fence = max(st.Fence, v.Fence)

@@ -3,6 +3,7 @@ package fencedlease_test
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/test/harness"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
@@ -41,6 +43,7 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T) *fixture {
+	harness.Needs(t, harness.ControlPlane)
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -186,6 +189,36 @@ func (f *fixture) poke(name string) {
 	}
 	fl.Annotations["test.fencedlease.io/poke"] = time.Now().Format(time.RFC3339Nano)
 	f.g.Expect(f.c.Patch(f.ctx, fl, client.MergeFrom(base))).To(Succeed())
+}
+
+// countBegins returns an interceptor Get that counts in begun the
+// reconciles of the FencedLease name that an operator begins: its
+// controller reads the FencedLease through its client first thing in a
+// reconcile (controller.go), and nowhere else. Reads that the test makes
+// itself do not go through the interceptor.
+func countBegins(name string, begun *atomic.Int32) func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+	return func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if _, ok := obj.(*fencingv1alpha1.FencedLease); ok && key.Name == name {
+			begun.Add(1)
+		}
+		return cl.Get(ctx, key, obj, opts...)
+	}
+}
+
+// reconciled pokes name until the operator whose reconciles begun counts
+// (countBegins) has begun times+1 reconciles of it since the call: then the
+// first times of them, which began after the call, have ended, with every
+// write they made, for one FencedLease is never reconciled twice at once.
+// Unlike a sleep, it cannot return before the operator has looked, however
+// slow the machine.
+func (f *fixture) reconciled(name string, begun *atomic.Int32, times int32) {
+	f.t.Helper()
+	start := begun.Load()
+	f.g.Eventually(func() int32 {
+		f.poke(name)
+		return begun.Load() - start
+	}).WithTimeout(timeout).WithPolling(200*time.Millisecond).Should(BeNumerically(">", times),
+		"the operator did not reconcile %s %d times", name, times)
 }
 
 // advance moves a fake clock forward in steps shorter than the renew interval

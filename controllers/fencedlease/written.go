@@ -1,15 +1,14 @@
 package fencedlease
 
 import (
-	"sync"
-
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 )
 
-// written keeps, per FencedLease, what the API server returned for this
+// The memory of a FencedLease keeps what the API server returned for this
 // process's last write of it, until the cache has seen that version.
 //
 // A grant is published by the reconcile after the one whose status patch
@@ -26,46 +25,35 @@ import (
 // A kept copy goes at the next reconcile after the cache has caught up, so
 // it costs at most one FencedLease per FencedLease, and mostly none: a held
 // grant is reconciled at every renewal.
-type written struct {
-	mu    sync.Mutex
-	byKey map[types.NamespacedName]*fencingv1alpha1.FencedLease
-}
 
 // remember keeps fl as returned by a successful write.
-func (w *written) remember(fl *fencingv1alpha1.FencedLease) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.byKey == nil {
-		w.byKey = map[types.NamespacedName]*fencingv1alpha1.FencedLease{}
-	}
-	w.byKey[types.NamespacedName{Namespace: fl.Namespace, Name: fl.Name}] = fl.DeepCopy()
+func (m *memories) remember(fl *fencingv1alpha1.FencedLease) {
+	m.with(client.ObjectKeyFromObject(fl), func(mem *memory) { mem.written = fl.DeepCopy() })
 }
 
-// refresh replaces fl, as read from the cache, with this process's last
-// write of it when that is newer; once the cache has seen the write, it is
-// forgotten.
-func (w *written) refresh(fl *fencingv1alpha1.FencedLease) {
-	key := types.NamespacedName{Namespace: fl.Namespace, Name: fl.Name}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	own, ok := w.byKey[key]
-	if !ok {
-		return
-	}
-	if own.UID == fl.UID {
-		cmp, err := resourceversion.CompareResourceVersion(own.ResourceVersion, fl.ResourceVersion)
-		if err == nil && cmp > 0 {
-			own.DeepCopyInto(fl)
+// refresh makes fl, read from the cache, this process's own last write of
+// it when that is newer (the same object, a later resourceVersion), and
+// forgets the kept copy once the cache has caught up with it or the
+// FencedLease is another one.
+func (m *memories) refresh(fl *fencingv1alpha1.FencedLease) {
+	m.with(client.ObjectKeyFromObject(fl), func(mem *memory) {
+		own := mem.written
+		if own == nil {
 			return
 		}
-	}
-	delete(w.byKey, key)
+		if own.UID == fl.UID {
+			cmp, err := resourceversion.CompareResourceVersion(own.ResourceVersion, fl.ResourceVersion)
+			if err == nil && cmp > 0 {
+				own.DeepCopyInto(fl)
+				return
+			}
+		}
+		mem.written = nil
+	})
 }
 
-// forget drops what is kept for key: the FencedLease is gone, or a write
-// found it changed by someone else.
-func (w *written) forget(key types.NamespacedName) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.byKey, key)
+// unwritten forgets the kept copy of key: a write of it conflicted, or the
+// object is gone.
+func (m *memories) unwritten(key types.NamespacedName) {
+	m.with(key, func(mem *memory) { mem.written = nil })
 }

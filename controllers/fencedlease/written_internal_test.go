@@ -5,6 +5,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 )
@@ -17,7 +18,7 @@ func writtenFL(uid, rv string, fence int64) *fencingv1alpha1.FencedLease {
 }
 
 func TestWrittenServesOwnWriteUntilTheCacheHasIt(t *testing.T) {
-	var w written
+	w := newMemories(clock.RealClock{})
 	w.remember(writtenFL("u1", "20", 20))
 
 	cached := writtenFL("u1", "10", 10)

@@ -33,11 +33,16 @@ const (
 	CauseTerminated = "terminated"
 	// CauseLeaseDeleted: the Lease, the record of the grant, was deleted.
 	CauseLeaseDeleted = "lease_deleted"
+	// CauseRegression: the API server's storage went back in time (an etcd
+	// restore) and brought back a grant whose Lease version is not above a
+	// fence already published.
+	CauseRegression = "fence_regression"
 )
 
-// Causes lists every cause, for metrics that create their series up front.
+// Causes lists every cause: the values of the cause label of the handoff
+// metric, whose help names them from this list.
 var Causes = []string{CauseDeleted, CauseNotReady, CauseNodeLost, CauseOverlap, CauseStoppedRenewing,
-	CauseExpired, CauseRotation, CauseManual, CauseReleased, CauseTerminated, CauseLeaseDeleted}
+	CauseExpired, CauseRotation, CauseManual, CauseReleased, CauseTerminated, CauseLeaseDeleted, CauseRegression}
 
 // CauseOf is the cause of a loss for a candidate's Ineligible reason.
 func CauseOf(ineligible string) string {

@@ -44,6 +44,19 @@ type Policy struct {
 	// within milliseconds; the grace keeps two operator replicas from
 	// superseding each other's in-flight grants forever.
 	PendingGrace time.Duration
+	// Voucher is the operator's heartbeat Lease (namespace/name) that
+	// vouches for the grants it holds with renewal Operator, "" when this
+	// operator renews each grant itself; Refresh is how often a vouched
+	// grant's own Lease is written all the same (design.md, "A quiet
+	// lease").
+	Voucher string
+	Refresh time.Duration
+}
+
+// Vouches says whether grants of this policy are vouched for by the
+// operator's heartbeat.
+func (p Policy) Vouches() bool {
+	return p.Voucher != "" && p.Refresh > 0 && renewal(p.Renewal) == RenewalOperator
 }
 
 // Lease is the state of the grant recorded on the coordination Lease.
@@ -57,6 +70,9 @@ type Lease struct {
 	// Deleting says that the Lease is being deleted: it is kept, by the
 	// operator's finalizer, until its grant is over.
 	Deleting bool
+	// VouchedBy is the heartbeat that vouches for the grant, "" when its
+	// own renewals keep it.
+	VouchedBy string
 }
 
 // Clock is what the operator saw of the current grant on its own monotonic
@@ -64,8 +80,13 @@ type Lease struct {
 // an unknown lease counts as freshly renewed.
 type Clock struct {
 	Now time.Time
-	// RenewedAt is when the operator last saw a renewal confirmed.
+	// RenewedAt is when the operator last saw a renewal confirmed: of the
+	// grant's Lease, or, for a grant its heartbeat vouches for, of the
+	// heartbeat.
 	RenewedAt time.Time
+	// WrittenAt is when the operator last saw a renewal of the grant's own
+	// Lease confirmed (for a vouched grant, its refresh).
+	WrittenAt time.Time
 	// GrantedAt is when the operator first saw this grant.
 	GrantedAt time.Time
 }
@@ -125,15 +146,15 @@ type Plan struct {
 	RequeueAfter time.Duration
 }
 
-// Reasons for Plan.Waiting.
+// Reasons for Plan.Waiting: the Held condition's reasons of the API.
 const (
-	WaitingNoCandidates = "NoCandidates"
-	WaitingForExpiry    = "WaitingForExpiry"
-	WaitingGranting     = "Granting"
-	WaitingPaused       = "Paused"
+	WaitingNoCandidates = fencingv1alpha1.ReasonNoCandidates
+	WaitingForExpiry    = fencingv1alpha1.ReasonWaitingForExpiry
+	WaitingGranting     = fencingv1alpha1.ReasonGranting
+	WaitingPaused       = fencingv1alpha1.ReasonPaused
 	// WaitingForCapacity is set by the controller, not by Decide: a first
 	// grant waits while the operator admits none (internal/pace).
-	WaitingForCapacity = "WaitingForCapacity"
+	WaitingForCapacity = fencingv1alpha1.ReasonWaitingForCapacity
 )
 
 // Decide returns the next step for one FencedLease. It never grants while a
@@ -203,6 +224,7 @@ func decideHeld(in Input) Plan {
 		// Nobody to rotate to: keep the holder; a candidate becoming ready
 		// triggers the next look.
 	}
+	vouched := vouchedHere(in)
 	if expired {
 		// Renewals were not confirmed for a whole lease duration: the grant
 		// is over, and the holder must not keep it silently.
@@ -214,6 +236,15 @@ func decideHeld(in Input) Plan {
 	if holderRenews {
 		// Not ours to renew: look again when it would expire.
 		return Plan{Action: Wait, RequeueAfter: minPositive(untilExpiry(in), maxHold)}
+	}
+	if vouched {
+		// The heartbeat renews it; its own Lease is written once every
+		// refresh interval. Its expiry, were the heartbeat to stop, is
+		// watched for by the heartbeat's watchdog.
+		if since := c.Now.Sub(c.WrittenAt); since < p.Refresh {
+			return Plan{Action: Wait, RequeueAfter: minPositive(p.Refresh-since, maxHold)}
+		}
+		return Plan{Action: Renew, RequeueAfter: minPositive(p.Refresh, maxHold)}
 	}
 	if since := c.Now.Sub(c.RenewedAt); since < p.RenewInterval {
 		return Plan{Action: Wait, RequeueAfter: minPositive(p.RenewInterval-since, maxHold)}
@@ -292,6 +323,13 @@ func withCause(p Plan, cause string) Plan {
 		p.Cause = cause
 	}
 	return p
+}
+
+// vouchedHere says whether the held grant is vouched for by this
+// operator's heartbeat. A grant that names another heartbeat, or none, is
+// renewed on its own Lease, which takes it over.
+func vouchedHere(in Input) bool {
+	return in.Policy.Vouches() && in.Lease.VouchedBy == in.Policy.Voucher && renewal(in.Lease.Renewal) == RenewalOperator
 }
 
 // renewal is a renewal mode with the default applied.

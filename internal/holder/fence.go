@@ -5,18 +5,13 @@ import (
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/util/resourceversion"
+
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // FenceFromResourceVersion derives the fence of a grant from the Lease's
-// resourceVersion after the grant write. etcd resourceVersions are revision
-// numbers; storage that hands out anything else cannot provide a fence.
-func FenceFromResourceVersion(rv string) (int64, error) {
-	n, err := strconv.ParseInt(rv, 10, 64)
-	if err != nil || n <= 0 || strconv.FormatInt(n, 10) != rv {
-		return 0, fmt.Errorf("resourceVersion %q is not a positive decimal int64, so it cannot be a fence", rv)
-	}
-	return n, nil
-}
+// resourceVersion after the grant write (record.FenceFromResourceVersion).
+func FenceFromResourceVersion(rv string) (int64, error) { return record.FenceFromResourceVersion(rv) }
 
 // RegressionError says that a new grant's fence is not greater than a fence
 // published before: the API server went back in time (a storage restore, or

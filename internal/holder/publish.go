@@ -4,6 +4,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // Roles a pod is published with, as in the API.
@@ -26,6 +27,12 @@ type Publication struct {
 	Fence int64
 	// Grant is the fence of the grant the pod was last marked for.
 	Grant int64
+}
+
+// PublicationOf is what a pod of that UID carries of a FencedLease, as
+// the record codec reads it.
+func PublicationOf(uid types.UID, p record.Pod) Publication {
+	return Publication{UID: uid, Labelled: p.Labelled, Lease: p.Lease, Role: p.Role, Fence: p.Fence, Grant: p.Grant}
 }
 
 // IsHolder says whether the pod is published as holder: role holder with a

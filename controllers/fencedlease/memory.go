@@ -1,0 +1,101 @@
+package fencedlease
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+)
+
+// memory is what this process remembers of one FencedLease between its
+// reconciles. All of it is a cache of what the API server holds or of what
+// this process saw happen, none of it a record: a process that starts with
+// none of it (a restart, another replica) is as safe, and waits longer.
+type memory struct {
+	// observation is the grant and its renewals as this process saw them,
+	// on its monotonic clock (clock.go).
+	observation
+	// expired is set while the grant was found expired unrenewed and its
+	// re-grant waits behind the renewals of the grants still held
+	// (expiry.go).
+	expired bool
+	// written is what the API server returned for this process's last
+	// write of the FencedLease (written.go).
+	written *fencingv1alpha1.FencedLease
+	// track is what the metrics need across reconciles (metrics.go).
+	track leaseTrack
+	// refusal is the last grant refused for a fence regression
+	// (regression.go).
+	refusal *refusal
+	// ahead is set while the Lease cache holds a version that the API
+	// server's store does not have (the store went back: a restore); the
+	// Lease is read from the API server until the cache catches up
+	// (regression.go).
+	ahead bool
+}
+
+// memories are the memories of every FencedLease, created on first use and
+// forgotten in one place (forget), with the looks in a row that found their
+// inputs stale (retries).
+type memories struct {
+	clock clock.PassiveClock
+	mu    sync.Mutex
+	byKey map[types.NamespacedName]*memory
+	// beat is what this process saw of the operator's heartbeat
+	// (heartbeat.go); vouched are the FencedLeases whose held grant it
+	// vouches for, with their lease durations, for its watchdog.
+	beat    beatSeen
+	vouched map[types.NamespacedName]time.Duration
+	// retries paces the looks again after a conflict or a lagging cache:
+	// firstRetry, doubling with every such look in a row, up to
+	// conflictRetry; a look that finds its inputs current resets it.
+	retries workqueue.TypedRateLimiter[types.NamespacedName]
+}
+
+func newMemories(c clock.PassiveClock) *memories {
+	return &memories{clock: c, byKey: map[types.NamespacedName]*memory{}, vouched: map[types.NamespacedName]time.Duration{},
+		retries: workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](firstRetry, conflictRetry)}
+}
+
+// get returns the memory of key, created when there is none; m.mu must be
+// held.
+func (m *memories) get(key types.NamespacedName) *memory {
+	mem := m.byKey[key]
+	if mem == nil {
+		mem = &memory{}
+		m.byKey[key] = mem
+	}
+	return mem
+}
+
+// with runs f on the memory of key, under the lock.
+func (m *memories) with(key types.NamespacedName, f func(*memory)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f(m.get(key))
+}
+
+// forget forgets everything of key, and deletes its metric series: the
+// FencedLease is gone. It is the one place a memory ends.
+func (m *memories) forget(key types.NamespacedName) {
+	m.mu.Lock()
+	delete(m.byKey, key)
+	delete(m.vouched, key)
+	m.mu.Unlock()
+	m.retries.Forget(key)
+	for _, v := range perLease {
+		v.DeletePartialMatch(prometheus.Labels{"namespace": key.Namespace, "name": key.Name})
+	}
+}
+
+// retryAfter is how long to wait before the next look at key, and counts
+// it.
+func (m *memories) retryAfter(key types.NamespacedName) time.Duration { return m.retries.When(key) }
+
+// settled resets the looks in a row of key: a look found its inputs current.
+func (m *memories) settled(key types.NamespacedName) { m.retries.Forget(key) }
