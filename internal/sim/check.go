@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -12,6 +11,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/holder"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // checker verifies the invariants of DESIGN §6 after every write:
@@ -51,8 +51,8 @@ type checker struct {
 	// for any time in a simulation), so the Safe wait is no longer checked.
 	immediate map[string]bool
 	status    map[types.UID]*statusRecord
-	// procs are the holder processes of holder renewal: what they believe.
-	procs holders
+	// grants are the grants committed, by FencedLease name.
+	grants map[string][]grantRecord
 	// terminated are the pods the kubelet reported with every container
 	// terminated. A terminal phase is final, so nothing of such a pod ever
 	// runs again: a renewal of its grant written later (by a replica whose
@@ -79,7 +79,7 @@ func newChecker() *checker {
 		holderOf:     map[string]map[int64]types.UID{},
 		immediate:    map[string]bool{},
 		status:       map[types.UID]*statusRecord{},
-		procs:        holders{},
+		grants:       map[string][]grantRecord{},
 		terminated:   map[types.UID]bool{},
 	}
 }
@@ -122,25 +122,22 @@ func (c *checker) afterWrite(s *Sim, k objKey, writer string) {
 // published returns the FencedLease a pod is published as holder of, and
 // the fence, or "" when it is not a holder.
 func published(p *corev1.Pod) (string, int64) {
-	if p == nil || p.Annotations[fencingv1alpha1.AnnotationRole] != fencingv1alpha1.RoleHolder {
+	if p == nil {
 		return "", 0
 	}
-	raw := p.Annotations[fencingv1alpha1.AnnotationFence]
-	if raw == "" {
-		return "", 0
-	}
-	n, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil {
-		return p.Annotations[fencingv1alpha1.AnnotationLease], -1
-	}
-	return p.Annotations[fencingv1alpha1.AnnotationLease], n
+	return record.Published(p.Annotations)
 }
 
 func (c *checker) checkPod(s *Sim, k objKey, pod, old *corev1.Pod, writer string) {
+	if writer != "world" && pod != nil && old != nil && old.UID == pod.UID &&
+		conditionStatus(old, corev1.ContainersReady) != conditionStatus(pod, corev1.ContainersReady) {
+		c.fail(s, "%s changed the kubelet's ContainersReady of pod %s from %q to %q", writer, k.name,
+			conditionStatus(old, corev1.ContainersReady), conditionStatus(pod, corev1.ContainersReady))
+	}
 	if pod != nil && holder.Terminated(pod) {
 		// The kubelet reports every container terminated: nothing of the pod
 		// runs, as after a release.
-		c.procs.of(pod.UID).until = time.Time{}
+		s.procs.of(pod.UID).stop()
 		c.terminated[pod.UID] = true
 		for name, fences := range c.holderOf {
 			for f, uid := range fences {
@@ -200,9 +197,13 @@ func (c *checker) checkLease(s *Sim, k objKey, l, old *coordinationv1.Lease) {
 	if l == nil {
 		return
 	}
+	if l.Labels[fencingv1alpha1.LabelHeartbeat] != "" {
+		c.checkHeartbeat(s, k, l)
+		return
+	}
 	state := l.Annotations[fencingv1alpha1.LeaseAnnotationState]
 	if state == fencingv1alpha1.LeaseStateHeld {
-		if f, err := strconv.ParseInt(l.Annotations[fencingv1alpha1.AnnotationFence], 10, 64); err == nil {
+		if f := record.FenceOf(l.Annotations[fencingv1alpha1.AnnotationFence]); f > 0 {
 			if c.committed[k.name] == nil {
 				c.committed[k.name] = map[int64]bool{}
 			}
@@ -211,6 +212,7 @@ func (c *checker) checkLease(s *Sim, k objKey, l, old *coordinationv1.Lease) {
 				c.holderOf[k.name] = map[int64]types.UID{}
 			}
 			c.holderOf[k.name][f] = types.UID(l.Annotations[fencingv1alpha1.LeaseAnnotationHolderUID])
+			c.committedGrant(k.name, f, c.holderOf[k.name][f], s.store.rev)
 		}
 	}
 	newGrant := old == nil && state == fencingv1alpha1.LeaseStatePending ||
@@ -229,7 +231,7 @@ func (c *checker) checkLease(s *Sim, k objKey, l, old *coordinationv1.Lease) {
 		s.stats.Grants++
 		to := types.UID(l.Annotations[fencingv1alpha1.LeaseAnnotationHolderUID])
 		if !c.immediate[k.name] {
-			if others := c.procs.believers(s.clock.Now(), to); len(others) > 0 {
+			if others := s.procs.believers(s.clock.Now(), to); len(others) > 0 {
 				c.fail(s, "a grant of Lease %s to %s was written at %s while takeover is Safe and other holders still believe they hold the lease: %v",
 					k.name, ptr.Deref(l.Spec.HolderIdentity, ""), s.clock.Now().Format("15:04:05.000"), others)
 			}
@@ -247,30 +249,64 @@ func (c *checker) checkLease(s *Sim, k objKey, l, old *coordinationv1.Lease) {
 	// a renewal: the grant stays valid a lease duration from now.
 	if state == fencingv1alpha1.LeaseStateHeld && (old == nil || old.Annotations[fencingv1alpha1.LeaseAnnotationState] != state ||
 		renewTime(old) != renewTime(l)) {
-		fence, _ := strconv.ParseInt(l.Annotations[fencingv1alpha1.AnnotationFence], 10, 64)
+		fence := record.FenceOf(l.Annotations[fencingv1alpha1.AnnotationFence])
 		if c.terminated[types.UID(l.Annotations[fencingv1alpha1.LeaseAnnotationHolderUID])] {
 			return
 		}
-		d := time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0)) * time.Second
-		if c.validUntil[k.name] == nil {
-			c.validUntil[k.name] = map[int64]time.Time{}
+		c.renewed(s, k.name, fence, leaseDuration(l))
+	}
+}
+
+// renewed records a renewal of the grant with that fence: it stays valid
+// a lease duration from now.
+func (c *checker) renewed(s *Sim, name string, fence int64, d time.Duration) {
+	if c.validUntil[name] == nil {
+		c.validUntil[name] = map[int64]time.Time{}
+	}
+	c.validUntil[name][fence] = s.clock.Now().Add(d)
+}
+
+// leaseDuration is how long a renewal keeps the grant of a Lease valid: the
+// FencedLease's lease duration, which a vouched grant's Lease carries in an
+// annotation (its spec covers the refresh interval too).
+func leaseDuration(l *coordinationv1.Lease) time.Duration {
+	if r := record.ParseLease(l.Annotations); r.Vouched() && r.LeaseDuration > 0 {
+		return time.Duration(r.LeaseDuration) * time.Second
+	}
+	return time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0)) * time.Second
+}
+
+// checkHeartbeat: a renewal of the operator's heartbeat renews every grant
+// that is held and vouched for by it, as the store has it at that moment:
+// each stays valid a lease duration from now. A grant revoked or replaced
+// before the renewal was written is renewed by it no more.
+func (c *checker) checkHeartbeat(s *Sim, k objKey, hb *coordinationv1.Lease) {
+	s.stats.Heartbeats++
+	voucher := k.namespace + "/" + k.name
+	for key := range s.store.hist {
+		if key.kind != "Lease" {
+			continue
 		}
-		c.validUntil[k.name][fence] = s.clock.Now().Add(d)
+		l, _ := s.store.headObj(key).(*coordinationv1.Lease)
+		if l == nil {
+			continue
+		}
+		r := record.ParseLease(l.Annotations)
+		if !r.Held() || !r.Vouched() || r.VouchedBy != voucher || c.terminated[types.UID(r.HolderUID)] {
+			continue
+		}
+		c.renewed(s, key.name, r.Fence, leaseDuration(l))
 	}
 }
 
 func (c *checker) checkFencedLease(s *Sim, k objKey, fl, old *fencingv1alpha1.FencedLease) {
-	if fl == nil || fl.DeletionTimestamp != nil {
-		// Deleting a FencedLease releases everything at once: a new one of
-		// the same name starts without a Safe wait (its fences still grow).
-		delete(c.validUntil, k.name)
-		delete(c.exposed, k.name)
-		if k.name == "db" {
-			c.procs = holders{} // only db's holders renew their own grants
-		}
-		if fl == nil {
-			return
-		}
+	if fl == nil {
+		// A FencedLease deleted, and perhaps created again under the same
+		// name: the grants of the old one, and the beliefs of its holders,
+		// are not forgotten. Its grant ends as any grant does (revoked, then
+		// over once expired or released), so a new one of the same name
+		// grants with the same Safe wait.
+		return
 	}
 	if fl.Spec.Takeover == fencingv1alpha1.TakeoverImmediate {
 		c.immediate[k.name] = true
@@ -304,6 +340,15 @@ func (c *checker) checkFencedLease(s *Sim, k objKey, fl, old *fencingv1alpha1.Fe
 	rec.fence, rec.transitions, rec.holder = max(rec.fence, st.Fence), max(rec.transitions, st.Transitions), holder
 }
 
+// releasedFence says whether a Lease write released the grant of fence f.
+func releasedFence(l *coordinationv1.Lease) (int64, bool) {
+	if l.Annotations[fencingv1alpha1.LeaseAnnotationState] != fencingv1alpha1.LeaseStateReleased {
+		return 0, false
+	}
+	f := record.FenceOf(l.Annotations[fencingv1alpha1.AnnotationFence])
+	return f, f > 0
+}
+
 func renewTime(l *coordinationv1.Lease) time.Time {
 	if l.Spec.RenewTime == nil {
 		return time.Time{}
@@ -316,4 +361,14 @@ func (c *checker) expose(lease string, fence int64) {
 		c.exposed[lease] = map[int64]bool{}
 	}
 	c.exposed[lease][fence] = true
+}
+
+// conditionStatus is the status of a pod condition, "" when it has none.
+func conditionStatus[T ~string](p *corev1.Pod, t T) corev1.ConditionStatus {
+	for _, c := range p.Status.Conditions {
+		if string(c.Type) == string(t) {
+			return c.Status
+		}
+	}
+	return ""
 }

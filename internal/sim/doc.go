@@ -11,9 +11,37 @@
 // far the clock moves. A run is a pure function of its seed, so a failure is
 // replayed exactly and a failing seed becomes a regression test.
 //
+// The enforcement side runs too. Every pod has a workload process (fence run
+// and its command) that learns what it holds late, as a real one does: with
+// holder renewal from its own watch of the Lease (renewing its grant,
+// believing it holds until its last renewal's send time plus the lease
+// duration, less a margin), with operator renewal from its token files;
+// both lag by a distance the simulation chooses. While it believes it holds,
+// and for a grace period after it noticed the end of its grant (never past
+// its deadline with holder renewal), its command writes protected objects:
+// updates, creates, deletes, now and then as an impostor with a fence read
+// off the object. Each write is handled as the API server handles it: the
+// object is read, a replica of the fencing webhook decides it with the
+// handler the webhook runs (its own FencedLease cache lagging, its live
+// reads scheduling points), and the write is a compare-and-swap on the
+// version decided on, decided again when that changed. The workloads'
+// renewals and releases, and a namespace editor's attempts at the
+// operator's state, go through the admission policy (policy.Allows, held to
+// the real policy by its test).
+//
 // After every write the checker verifies the invariants of the lock:
 // at most one pod is published as holder at any instant, published fences
 // only grow and were committed before they were published, a FencedLease's
-// status never moves back to an older grant, and with takeover Safe no grant
-// is written while the previous one may still be valid.
+// status never moves back to an older grant, with takeover Safe no grant
+// is written while the previous one may still be valid, and with holder
+// renewal no other pod is granted while a process may still act on its own
+// grant (invariant 8, FencedLeases deleted and created again included). On
+// every decision of the webhook it checks invariant 4 (once a grant is
+// committed, nothing from another pod or with an older fence is admitted),
+// on every protected write applied invariant 3 (fences never go back on an
+// object, and no holder deletes what the holder of a newer grant wrote),
+// and that no replica ever changes a condition the kubelet owns. A run ends
+// by settling (Config.Settle): the faults stop, and every FencedLease with
+// an eligible candidate must come to be held, published and recorded, with
+// its pods' holder conditions in line (liveness).
 package sim

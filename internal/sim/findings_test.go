@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/record"
 	"github.com/fencedlease/fencedlease/internal/sim"
 )
 
@@ -383,7 +384,7 @@ func TestDeletedLeaseKeepsAnUnrecordedGrant(t *testing.T) {
 	l := lease(g, sc, "db")
 	g.Expect(l.Annotations[fencingv1alpha1.LeaseAnnotationState]).To(Equal("held"))
 	g.Expect(ptr.Deref(l.Spec.HolderIdentity, "")).To(Equal("a"))
-	first, err := strconv.ParseInt(l.Annotations[fencingv1alpha1.AnnotationFence], 10, 64)
+	first, err := record.ParseFence(l.Annotations[fencingv1alpha1.AnnotationFence])
 	g.Expect(err).NotTo(HaveOccurred())
 	sc.Advance(time.Second)
 	g.Expect(sc.HolderRenews("a")).To(BeTrue(), "a's process believes it holds for 10s")
@@ -489,4 +490,20 @@ func TestStaleDeletionLeavesTheNewFinalizersAlone(t *testing.T) {
 	g.Expect(l).To(ContainElement(fencingv1alpha1.LeaseFinalizer))
 	g.Expect(sc.Holders("db")).To(Equal([]string{"a"}))
 	g.Expect(status(g, sc, "db").Fence).To(Equal(fence))
+}
+
+// TestRestartedOperatorGrantsWhatAPreviousProcessLeftWaiting: a previous
+// operator process left db waiting for capacity, and db is all a restarted
+// operator has to reconcile. Its looks at db must count as the time its
+// pace measures the load in: once measured, db is granted.
+func TestRestartedOperatorGrantsWhatAPreviousProcessLeftWaiting(t *testing.T) {
+	sc, g := script(t, 1)
+	g.Expect(sc.FencedLease("db", app, nil)).To(Succeed())
+	g.Expect(sc.LeftWaiting("db")).To(Succeed())
+	g.Expect(sc.Pod("a", "n0", app, time.Hour)).To(Succeed())
+	for i := 0; i < 40 && len(sc.Holders("db")) == 0; i++ {
+		sc.Settle(0, "db", 5)
+		sc.Advance(time.Second)
+	}
+	g.Expect(sc.Holders("db")).To(Equal([]string{"a"}), "db is granted once the restarted operator measured its load")
 }

@@ -8,12 +8,14 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/policy"
 )
 
 // Script is a simulation whose every step the caller chooses: which replica
@@ -41,6 +43,8 @@ func NewScript(replicas int, indexes []Index, newRec NewReconciler) (*Script, er
 		newRec: newRec,
 	}
 	s.checker = newChecker()
+	s.procs = procs{}
+	s.principals = policy.Principals{OperatorUsers: []string{operatorUser}}
 	s.world = newWorld(s, WorldConfig{Nodes: 3})
 	for i := 0; i < 3; i++ {
 		if err := s.world.write(s.world.create(node(fmt.Sprintf("n%d", i)))); err != nil {
@@ -222,6 +226,21 @@ func (sc *Script) FencedLease(name string, labels map[string]string, mutate func
 	return sc.s.world.write(sc.s.world.create(fl))
 }
 
+// LeftWaiting writes a FencedLease's status as an operator process before
+// this one left it when it had no capacity for a first grant: Held=False,
+// WaitingForCapacity.
+func (sc *Script) LeftWaiting(name string) error {
+	w := sc.s.world
+	fl := &fencingv1alpha1.FencedLease{}
+	if err := w.c().Get(w.ctx, types.NamespacedName{Namespace: w.namespace, Name: name}, fl); err != nil {
+		return err
+	}
+	meta.SetStatusCondition(&fl.Status.Conditions, metav1.Condition{Type: fencingv1alpha1.ConditionHeld, Status: metav1.ConditionFalse,
+		Reason: fencingv1alpha1.ReasonWaitingForCapacity, Message: "left by a process before"})
+	sc.s.tracef("world: FencedLease %s was left waiting for capacity", name)
+	return w.write(fl, w.c().Status().Update(w.ctx, fl))
+}
+
 // UpdateFencedLease changes a FencedLease's spec, as its user would.
 func (sc *Script) UpdateFencedLease(name string, mutate func(*fencingv1alpha1.FencedLease)) error {
 	w := sc.s.world
@@ -303,8 +322,10 @@ func (sc *Script) HolderRenews(pod string) bool {
 		types.UID(l.Annotations[fencingv1alpha1.LeaseAnnotationHolderUID]) != p.UID {
 		return false
 	}
-	proc := sc.s.checker.procs.of(p.UID)
-	return w.holderRenew(l, p.UID, proc) && w.now().Before(proc.until)
+	proc := sc.s.procs.of(p.UID)
+	proc.view = sc.s.store.rev
+	w.learnFromLease(p, proc, "db", l, w.now())
+	return w.now().Before(proc.until)
 }
 
 // DeleteLease deletes the Lease of a FencedLease behind the operator's back.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/fencedlease/fencedlease/internal/policy"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -19,6 +21,15 @@ import (
 type Reconciler interface {
 	Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error)
 }
+
+// Beater is a reconciler with a heartbeat to renew now and then.
+type Beater interface {
+	Beat(ctx context.Context) error
+}
+
+// beatKey is the key under which a replica's renewal of its heartbeat runs,
+// beside its reconciles.
+var beatKey = types.NamespacedName{Name: "(heartbeat)"}
 
 // NewReconciler builds a replica's reconciler on the simulated client, live
 // reader and clock.
@@ -39,6 +50,16 @@ type Config struct {
 	Crashes float64
 	// World chooses the workload and what happens to it.
 	World WorldConfig
+	// Webhooks is how many replicas of the fencing webhook decide the
+	// workloads' writes to protected objects, each with a FencedLease cache
+	// of its own; NewWebhook builds each one's handler. With none, the
+	// workloads write nothing.
+	Webhooks   int
+	NewWebhook NewWebhook
+	// Settle ends the run with a settling phase: the faults stop, and every
+	// FencedLease with an eligible candidate must then come to be held,
+	// published, and its pods' holder conditions in line (liveness).
+	Settle bool
 	// Trace keeps a readable trace of every step.
 	Trace bool
 }
@@ -58,6 +79,20 @@ type Result struct {
 type Stats struct {
 	Reconciles, Calls, Writes, Conflicts, LostReplies int
 	Grants, Publishes, Crashes, WorldChanges          int
+	// The enforcement side: decisions of the fencing webhook, those it
+	// denied, those whose replica's FencedLease cache lagged behind the
+	// FencedLease, the protected writes applied, the deletes sent by a
+	// process whose fence was older than the newest committed, the writes
+	// of impostors (a pod that holds nothing, with a fence read off the
+	// object), and the writes the admission policy refused.
+	WebhookDecisions, WebhookDenials, LaggingCacheDecisions      int
+	ProtectedWrites, StaleDeletes, ImpostorWrites, PolicyDenials int
+	// Settled counts the runs whose settling phase ended with every
+	// FencedLease that could be held held.
+	Settled int
+	// Heartbeats counts the renewals of the operator's heartbeat, which
+	// renew every grant it vouches for.
+	Heartbeats int
 }
 
 // Sim is one run.
@@ -70,9 +105,15 @@ type Sim struct {
 	world    *world
 	checker  *checker
 	newRec   NewReconciler
-	step     int
-	trace    []string
-	stats    Stats
+	// hooks are the fencing webhook's replicas; clients the requests to
+	// protected objects in flight; procs the pods' workload processes.
+	hooks      []*hook
+	clients    []*actor
+	procs      procs
+	principals policy.Principals
+	step       int
+	trace      []string
+	stats      Stats
 }
 
 // replica is one operator process: its reconciler, its caches and the
@@ -91,12 +132,14 @@ func (r *replica) view(kind string) int64 { return r.views[kind] }
 // until the scheduler runs it, so that only one goroutine ever runs at a time
 // and the run is deterministic.
 type actor struct {
-	rep     *replica
+	rep     *replica // nil for a client's request
 	key     types.NamespacedName
 	calls   chan *call
 	done    chan struct{}
 	next    *call
 	crashed bool
+	// onDone runs when a client's request has finished.
+	onDone func()
 }
 
 // call is one API call of a reconcile, run when the scheduler picks it.
@@ -130,6 +173,8 @@ func Run(cfg Config, indexes []Index, newRec NewReconciler) Result {
 		newRec: newRec,
 	}
 	s.checker = newChecker()
+	s.procs = procs{}
+	s.principals = policy.Principals{OperatorUsers: []string{operatorUser}}
 	s.world = newWorld(s, cfg.World)
 	if err := s.world.setUp(); err != nil {
 		return Result{Seed: cfg.Seed, Violations: []string{"setup: " + err.Error()}}
@@ -139,14 +184,27 @@ func Run(cfg Config, indexes []Index, newRec NewReconciler) Result {
 		s.restart(r)
 		s.replicas = append(s.replicas, r)
 	}
+	for i := 0; i < cfg.Webhooks && cfg.NewWebhook != nil; i++ {
+		h := &hook{id: i, view: s.store.rev}
+		h.handler = cfg.NewWebhook(WebhookClients{Cache: hookCache{s: s, h: h}, APIReader: hookLive{s: s, h: h}})
+		s.hooks = append(s.hooks, h)
+	}
 	for s.step = 0; s.step < cfg.Steps && len(s.checker.violations) == 0; s.step++ {
 		s.once()
+	}
+	if cfg.Settle && len(s.checker.violations) == 0 {
+		s.settle()
 	}
 	for _, r := range s.replicas {
 		s.crash(r) // let every goroutine finish
 	}
+	s.crashClients()
 	return Result{Seed: cfg.Seed, Steps: s.step, Violations: s.checker.violations, Trace: s.trace, Stats: s.stats}
 }
+
+// operatorUser is the user name of the operator's replicas, for the
+// admission policy.
+const operatorUser = "system:serviceaccount:fencedlease-system:fencedlease-controller-manager"
 
 // restart gives a replica a fresh reconciler and caches that have just
 // listed everything.
@@ -173,8 +231,10 @@ func (s *Sim) once() {
 		{25, s.startSomeone},
 		{25, s.catchUp},
 		{s.cfg.World.changeWeight(), func() bool { return s.world.change() }},
-		{6, func() bool { return s.world.holderStep() }},
+		{12, func() bool { return s.world.procStep() }},
+		{10, func() bool { return s.world.recreateSoon() }},
 		{5, s.tick},
+		{8, s.beatSomeone},
 		{1, s.pauseSomeone},
 		{1, func() bool {
 			if !s.chance(s.cfg.Crashes * 80) {
@@ -208,7 +268,7 @@ func (s *Sim) once() {
 
 func (s *Sim) active(r *replica) bool { return r.pausedUntil <= s.step }
 
-// resumeSomeone runs the next API call of a running reconcile.
+// resumeSomeone runs the next API call of a running reconcile or request.
 func (s *Sim) resumeSomeone() bool {
 	var ready []*actor
 	for _, r := range s.replicas {
@@ -217,6 +277,7 @@ func (s *Sim) resumeSomeone() bool {
 		}
 		ready = append(ready, sortedActors(r)...)
 	}
+	ready = append(ready, s.clients...)
 	if len(ready) == 0 {
 		return false
 	}
@@ -268,6 +329,26 @@ func (s *Sim) startSomeone() bool {
 	return true
 }
 
+// beatSomeone starts a renewal of the heartbeat on a replica that has one
+// and is not renewing it already.
+func (s *Sim) beatSomeone() bool {
+	r := s.replicas[s.rng.Intn(len(s.replicas))]
+	b, ok := r.rec.(Beater)
+	if !ok || !s.active(r) || r.running[beatKey] != nil {
+		return false
+	}
+	a := &actor{rep: r, key: beatKey, calls: make(chan *call), done: make(chan struct{})}
+	r.running[beatKey] = a
+	s.tracef("step %d: replica %d renews its heartbeat", s.step, r.id)
+	ctx := withActor(a)
+	go func() {
+		defer close(a.done)
+		_ = b.Beat(ctx)
+	}()
+	s.await(a)
+	return true
+}
+
 // await waits until the actor blocks on its next call or finishes.
 func (s *Sim) await(a *actor) {
 	select {
@@ -275,7 +356,19 @@ func (s *Sim) await(a *actor) {
 		a.next = c
 	case <-a.done:
 		a.next = nil
-		delete(a.rep.running, a.key)
+		if a.rep != nil {
+			delete(a.rep.running, a.key)
+			return
+		}
+		for i, c := range s.clients {
+			if c == a {
+				s.clients = append(s.clients[:i], s.clients[i+1:]...)
+				break
+			}
+		}
+		if a.onDone != nil {
+			a.onDone()
+		}
 	}
 }
 
@@ -308,9 +401,34 @@ func (s *Sim) crash(r *replica) {
 	}
 }
 
+// crashClients ends every request in flight: each pending call fails.
+func (s *Sim) crashClients() {
+	for len(s.clients) > 0 {
+		a := s.clients[0]
+		a.crashed = true
+		for a.next != nil {
+			a.next.reply <- context.Canceled
+			s.await(a)
+		}
+	}
+}
+
 // catchUp lets one informer cache of one replica receive some of the events
-// it lags behind on (in order, as a watch delivers them).
+// it lags behind on (in order, as a watch delivers them); or the cache of a
+// webhook replica, or the watch and the token files of a workload process.
 func (s *Sim) catchUp() bool {
+	switch n := s.rng.Intn(4); {
+	case n == 0 && len(s.hooks) > 0:
+		h := s.hooks[s.rng.Intn(len(s.hooks))]
+		return s.advance(&h.view)
+	case n == 1 && len(s.procs) > 0:
+		uids := make([]string, 0, len(s.procs))
+		for uid := range s.procs {
+			uids = append(uids, string(uid))
+		}
+		sort.Strings(uids)
+		return s.advance(&s.procs[types.UID(uids[s.rng.Intn(len(uids))])].view)
+	}
 	r := s.replicas[s.rng.Intn(len(s.replicas))]
 	moved := false
 	for _, kind := range kinds {
@@ -326,6 +444,21 @@ func (s *Sim) catchUp() bool {
 		}
 	}
 	return moved
+}
+
+// advance moves one view towards now by some of the events it lags behind
+// on.
+func (s *Sim) advance(view *int64) bool {
+	behind := s.store.rev - *view
+	if behind <= 0 {
+		return false
+	}
+	if s.rng.Intn(3) > 0 {
+		*view = s.store.rev
+	} else {
+		*view += 1 + s.rng.Int63n(behind)
+	}
+	return true
 }
 
 // tick moves the clock.

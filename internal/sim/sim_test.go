@@ -10,18 +10,55 @@ import (
 	"testing"
 	"time"
 
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
 	"github.com/fencedlease/fencedlease/controllers/fencedlease"
 	"github.com/fencedlease/fencedlease/internal/sim"
+	"github.com/fencedlease/fencedlease/internal/webhook/protected"
 )
 
-// reconciler builds the real controller on the simulated clients.
+// reconciler builds the real controller on the simulated clients, with the
+// command's defaults but its heartbeat: each grant renewed on its own Lease.
 func reconciler(c sim.Clients) sim.Reconciler {
 	return &fencedlease.Reconciler{
-		Client:       c.Client,
-		APIReader:    c.APIReader,
-		Clock:        c.Clock,
-		PendingGrace: 2 * time.Second,
+		Client:                c.Client,
+		APIReader:             c.APIReader,
+		Clock:                 c.Clock,
+		PendingGrace:          fencedlease.DefaultPendingGrace,
+		StatusRenewalInterval: fencedlease.DefaultStatusRenewalInterval,
 	}
+}
+
+// vouching builds the real controller as the command runs it, with its
+// heartbeat vouching for the grants of renewal Operator; its refresh is
+// short, so that a run sees refreshes too.
+func vouching(c sim.Clients) sim.Reconciler {
+	r := reconciler(c).(*fencedlease.Reconciler)
+	r.Heartbeat = &fencedlease.Heartbeat{Namespace: "fencedlease-system", Name: fencedlease.DefaultHeartbeatName,
+		Interval: fencedlease.DefaultHeartbeatInterval, Refresh: 20 * time.Second, Identity: "replica"}
+	return r
+}
+
+// reconcilerFor is the controller a seed runs: three seeds in four with
+// the heartbeat, the fourth without.
+func reconcilerFor(seed int64) sim.NewReconciler {
+	if seed%4 == 0 {
+		return reconciler
+	}
+	return vouching
+}
+
+// webhook builds the fencing webhook's real handler on a replica's cache
+// and live reader.
+func webhook(c sim.WebhookClients) admission.Handler {
+	return protected.NewHandler(protected.Options{Cache: c.Cache, APIReader: c.APIReader}, noEvents{})
+}
+
+// noEvents records nothing.
+type noEvents struct{}
+
+func (noEvents) Eventf(k8sruntime.Object, k8sruntime.Object, string, string, string, string, ...any) {
 }
 
 func indexes() []sim.Index {
@@ -52,6 +89,10 @@ func config(seed int64) sim.Config {
 		Crashes:      0.001,
 		// Calm, busy and stormy worlds, in turn.
 		World: sim.WorldConfig{ChangeWeight: []int{1, 3, 8}[seed%3]},
+		// One or two webhook replicas, each with a cache of its own.
+		Webhooks:   1 + int(seed/2%2),
+		NewWebhook: webhook,
+		Settle:     true,
 	}
 }
 
@@ -61,7 +102,12 @@ func config(seed int64) sim.Config {
 // after every write. A failure prints the seed and the trace of its run;
 // SIM_SEED=<seed> replays it.
 func TestSimulation(t *testing.T) {
-	first, n := int64(envInt("SIM_SEED", envInt("SIM_FIRST", 1))), envInt("SIM_SEEDS", 1000)
+	seeds := 1000
+	if testing.Short() {
+		// go test -short runs a sample; make test runs the thousand.
+		seeds = 50
+	}
+	first, n := int64(envInt("SIM_SEED", envInt("SIM_FIRST", 1))), envInt("SIM_SEEDS", seeds)
 	if os.Getenv("SIM_SEED") != "" {
 		n = 1
 	}
@@ -75,7 +121,7 @@ func TestSimulation(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				results[i] = sim.Run(config(first+int64(i)), indexes(), reconciler)
+				results[i] = sim.Run(config(first+int64(i)), indexes(), reconcilerFor(first+int64(i)))
 			}
 		}()
 	}
@@ -87,7 +133,7 @@ func TestSimulation(t *testing.T) {
 		if len(res.Violations) > 0 {
 			cfg := config(seed)
 			cfg.Trace = true
-			replay := sim.Run(cfg, indexes(), reconciler)
+			replay := sim.Run(cfg, indexes(), reconcilerFor(seed))
 			if f := os.Getenv("SIM_TRACE_FILE"); f != "" {
 				_ = os.WriteFile(f, []byte(strings.Join(replay.Trace, "\n")), 0o644)
 			}
@@ -96,8 +142,11 @@ func TestSimulation(t *testing.T) {
 		}
 	}
 	t.Logf("%d schedules: %+v", n, total)
-	// A simulation that never grants or publishes proves nothing.
-	if total.Grants < n || total.Publishes < n/2 || total.LostReplies == 0 && total.Conflicts == 0 {
+	// A simulation that never grants or publishes, never decides a stale
+	// write, or never settles proves nothing.
+	if total.Grants < n || total.Publishes < n/2 || total.LostReplies == 0 && total.Conflicts == 0 ||
+		total.WebhookDecisions < n || total.WebhookDenials == 0 || total.LaggingCacheDecisions == 0 || total.StaleDeletes == 0 ||
+		total.ImpostorWrites == 0 || total.ProtectedWrites < n || total.Settled < n || total.Heartbeats < n {
 		t.Fatalf("the schedules explored too little: %+v", total)
 	}
 }
@@ -112,6 +161,15 @@ func add(a, b sim.Stats) sim.Stats {
 	a.Publishes += b.Publishes
 	a.Crashes += b.Crashes
 	a.WorldChanges += b.WorldChanges
+	a.WebhookDecisions += b.WebhookDecisions
+	a.WebhookDenials += b.WebhookDenials
+	a.LaggingCacheDecisions += b.LaggingCacheDecisions
+	a.ProtectedWrites += b.ProtectedWrites
+	a.StaleDeletes += b.StaleDeletes
+	a.ImpostorWrites += b.ImpostorWrites
+	a.PolicyDenials += b.PolicyDenials
+	a.Settled += b.Settled
+	a.Heartbeats += b.Heartbeats
 	return a
 }
 
@@ -129,9 +187,10 @@ func TestTraceOne(t *testing.T) {
 	if f == "" || os.Getenv("SIM_SEED") == "" {
 		t.Skip("set SIM_SEED and SIM_TRACE_FILE to write the trace of one seed")
 	}
-	cfg := config(int64(envInt("SIM_SEED", 1)))
+	seed := int64(envInt("SIM_SEED", 1))
+	cfg := config(seed)
 	cfg.Trace = true
-	res := sim.Run(cfg, indexes(), reconciler)
+	res := sim.Run(cfg, indexes(), reconcilerFor(seed))
 	if err := os.WriteFile(f, []byte(strings.Join(res.Trace, "\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -129,6 +129,7 @@ var storedKinds = map[string]schema.GroupVersionKind{
 	"Lease":       coordinationv1.SchemeGroupVersion.WithKind("Lease"),
 	"Pod":         corev1.SchemeGroupVersion.WithKind("Pod"),
 	"Node":        corev1.SchemeGroupVersion.WithKind("Node"),
+	"ConfigMap":   corev1.SchemeGroupVersion.WithKind("ConfigMap"),
 }
 
 func (s *store) keyOf(obj client.Object) (objKey, error) {
@@ -314,6 +315,8 @@ func resourceOf(kind string) schema.GroupResource {
 		return schema.GroupResource{Resource: "pods"}
 	case "Node":
 		return schema.GroupResource{Resource: "nodes"}
+	case "ConfigMap":
+		return schema.GroupResource{Resource: "configmaps"}
 	}
 	return schema.GroupResource{Resource: kind}
 }

@@ -8,8 +8,10 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
@@ -58,6 +60,11 @@ type world struct {
 	namespace string
 	pods      int
 	ctx       context.Context
+	// recreate is set once FencedLease db was deleted: its user creates it
+	// again as soon as the name is free, now and then with a selector that
+	// leaves out except, the pod that held it.
+	recreate bool
+	except   string
 }
 
 func newWorld(s *Sim, cfg WorldConfig) *world {
@@ -101,9 +108,29 @@ func (w *world) setUp() error {
 	if err := w.write(w.create(fl)); err != nil {
 		return err
 	}
+	if w.sim.rng.Intn(4) == 0 {
+		// As an operator process before this one left it: no capacity for
+		// a first grant.
+		meta.SetStatusCondition(&fl.Status.Conditions, metav1.Condition{Type: fencingv1alpha1.ConditionHeld, Status: metav1.ConditionFalse,
+			Reason: fencingv1alpha1.ReasonWaitingForCapacity, Message: "left by a process before"})
+		if err := w.write(fl, w.c().Status().Update(w.ctx, fl)); err != nil {
+			return err
+		}
+	}
 	for i := 0; i < w.cfg.Pods; i++ {
 		if err := w.addPod(); err != nil {
 			return err
+		}
+	}
+	// The protected objects, created by someone allowed to write them
+	// without a fence (a break-glass user): the holders write them next.
+	for lease, names := range protectedObjects {
+		for _, name := range names {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: w.namespace, Name: name,
+				Labels: map[string]string{fencingv1alpha1.LabelProtectedBy: lease}}}
+			if err := w.write(w.create(cm)); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -143,8 +170,8 @@ func (w *world) change() bool {
 var changeWeights = map[string]int{
 	"pod-ready": 12, "pod-not-ready": 8, "pod-failed": 2, "pod-completed": 2, "pod-delete": 4, "pod-gone": 4, "pod-create": 6,
 	"pod-relabel": 2, "pod-team": 2, "node-lost": 2, "node-back": 4,
-	"lease-delete": 1, "other-toggle": 2, "takeover-toggle": 1, "paused-toggle": 1, "maxhold-toggle": 1, "fencedlease-gone": 1,
-	"renewal-toggle": 1,
+	"lease-delete": 1, "other-toggle": 2, "takeover-toggle": 1, "paused-toggle": 1, "maxhold-toggle": 1, "fencedlease-gone": 2,
+	"renewal-toggle": 1, "left-waiting": 1, "editor-tampers": 2,
 }
 
 // changes are the things that happen to a singleton workload.
@@ -174,6 +201,8 @@ func (w *world) changes() map[string]func() (bool, error) {
 		"maxhold-toggle":   w.toggleMaxHold,
 		"renewal-toggle":   w.toggleRenewal,
 		"fencedlease-gone": w.deleteFencedLease,
+		"left-waiting":     w.leftWaiting,
+		"editor-tampers":   w.editorTampers,
 	}
 }
 
@@ -213,10 +242,12 @@ func (w *world) addPod() error {
 	name := fmt.Sprintf("p%d", w.pods)
 	w.pods++
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: w.namespace, Name: name, Labels: map[string]string{"app": "db"}, Finalizers: []string{podFinalizer}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: w.namespace, Name: name, Labels: map[string]string{"app": "db", "name": name},
+			Finalizers: []string{podFinalizer}},
 		Spec: corev1.PodSpec{
-			NodeName:   fmt.Sprintf("n%d", w.sim.rng.Intn(w.cfg.Nodes)),
-			Containers: []corev1.Container{{Name: "app", Image: "app"}},
+			NodeName:       fmt.Sprintf("n%d", w.sim.rng.Intn(w.cfg.Nodes)),
+			Containers:     []corev1.Container{{Name: "app", Image: "app"}},
+			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: fencingv1alpha1.ConditionHolder}},
 		},
 	}
 	if _, err := w.create(pod); err != nil {
@@ -430,29 +461,91 @@ func (w *world) toggleMaxHold() (bool, error) {
 	})
 }
 
-// deleteFencedLease deletes FencedLease db and, once it is gone, creates it
-// again.
+// deleteFencedLease deletes FencedLease db; its user creates it again once
+// it is gone (recreateSoon).
 func (w *world) deleteFencedLease() (bool, error) {
 	fl := &fencingv1alpha1.FencedLease{}
 	err := w.c().Get(w.ctx, types.NamespacedName{Namespace: w.namespace, Name: "db"}, fl)
 	switch {
 	case apierrors.IsNotFound(err):
-		fl = &fencingv1alpha1.FencedLease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: w.namespace, Name: "db"},
-			Spec: fencingv1alpha1.FencedLeaseSpec{
-				Selector:             metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
-				LeaseDurationSeconds: w.cfg.LeaseDurationSeconds,
-				Takeover:             fencingv1alpha1.TakeoverSafe,
-			},
-		}
-		_, err := w.create(fl)
-		return true, w.write(fl, err)
+		w.recreate = true
+		return w.recreateSoon(), nil
 	case err != nil:
 		return false, err
 	case fl.DeletionTimestamp != nil:
 		return false, nil
 	}
+	w.recreate, w.except = true, ""
+	l := &coordinationv1.Lease{}
+	if w.c().Get(w.ctx, types.NamespacedName{Namespace: w.namespace, Name: "db"}, l) == nil {
+		w.except = ptr.Deref(l.Spec.HolderIdentity, "")
+	}
 	return true, w.write(fl, w.c().Delete(w.ctx, fl))
+}
+
+// recreateSoon creates FencedLease db again, as soon as the name is free
+// after its deletion, with a takeover and a renewal mode of its own and,
+// every other time, a selector that leaves out the pod that held it.
+func (w *world) recreateSoon() bool {
+	if !w.recreate {
+		return false
+	}
+	fl := &fencingv1alpha1.FencedLease{}
+	if err := w.c().Get(w.ctx, types.NamespacedName{Namespace: w.namespace, Name: "db"}, fl); !apierrors.IsNotFound(err) {
+		return false
+	}
+	w.recreate = false
+	fl = &fencingv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: w.namespace, Name: "db"},
+		Spec: fencingv1alpha1.FencedLeaseSpec{
+			Selector:             metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+			LeaseDurationSeconds: w.cfg.LeaseDurationSeconds,
+			Takeover:             []fencingv1alpha1.TakeoverPolicy{fencingv1alpha1.TakeoverSafe, fencingv1alpha1.TakeoverImmediate}[w.sim.rng.Intn(2)],
+			Renewal:              []fencingv1alpha1.RenewalMode{fencingv1alpha1.RenewalOperator, fencingv1alpha1.RenewalHolder}[w.sim.rng.Intn(2)],
+		},
+	}
+	if w.except != "" && w.sim.rng.Intn(2) == 0 {
+		fl.Spec.Selector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{w.except}}}
+	}
+	w.sim.tracef("step %d: world: FencedLease db created again (%s, %s, leaving out %q)", w.sim.step, fl.Spec.Takeover, fl.Spec.Renewal, w.except)
+	_, err := w.create(fl)
+	if err := w.write(fl, err); err != nil {
+		w.sim.checker.violations = append(w.sim.checker.violations, "create FencedLease db again: "+err.Error())
+	}
+	return true
+}
+
+// leftWaiting creates FencedLease other as a previous operator process left
+// it when it had no capacity for a first grant (Held=False,
+// WaitingForCapacity), and restarts every replica: a restarted operator
+// must grant it once it has measured its load.
+func (w *world) leftWaiting() (bool, error) {
+	fl := &fencingv1alpha1.FencedLease{}
+	if err := w.c().Get(w.ctx, types.NamespacedName{Namespace: w.namespace, Name: "other"}, fl); !apierrors.IsNotFound(err) {
+		return false, client.IgnoreNotFound(err)
+	}
+	fl = &fencingv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: w.namespace, Name: "other"},
+		Spec: fencingv1alpha1.FencedLeaseSpec{
+			Selector:             metav1.LabelSelector{MatchLabels: map[string]string{"team": "x"}},
+			LeaseDurationSeconds: w.cfg.LeaseDurationSeconds,
+			Takeover:             fencingv1alpha1.TakeoverImmediate,
+		},
+	}
+	if _, err := w.create(fl); err != nil {
+		return true, err
+	}
+	meta.SetStatusCondition(&fl.Status.Conditions, metav1.Condition{Type: fencingv1alpha1.ConditionHeld, Status: metav1.ConditionFalse,
+		Reason: fencingv1alpha1.ReasonWaitingForCapacity, Message: "left by a process before"})
+	if err := w.write(fl, w.c().Status().Update(w.ctx, fl)); err != nil {
+		return true, err
+	}
+	for _, r := range w.sim.replicas {
+		w.sim.tracef("step %d: replica %d restarts", w.sim.step, r.id)
+		w.sim.crash(r)
+		w.sim.restart(r)
+	}
+	return true, nil
 }
 
 func sortStrings(s []string) {
