@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,19 +17,34 @@ import (
 
 	"github.com/fencedlease/fencedlease/internal/setup"
 	"github.com/fencedlease/fencedlease/test/cluster"
+	"github.com/fencedlease/fencedlease/test/harness"
 )
 
 func main() {
 	var o options
 	cfg := cluster.Config{Detached: true}
 	flag.StringVar(&cfg.Dir, "cluster-dir", "bin/cluster", "State directory of the local cluster.")
-	flag.StringVar(&cfg.K8sBin, "k8s-bin", "bin/k8s/1.37.2", "Directory of etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl.")
-	flag.StringVar(&cfg.Kwok, "kwok", "bin/tools/kwok-v0.8.0", "The kwok binary.")
-	flag.StringVar(&o.helm, "helm", "bin/tools/helm-v3.22.0", "The helm binary.")
+	flag.StringVar(&cfg.K8sBin, "k8s-bin", "", "Directory of etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (default bin/k8s/<K8S_VERSION of hack/versions.env>).")
+	flag.StringVar(&cfg.Kwok, "kwok", "", "The kwok binary (default bin/tools/kwok-<KWOK_VERSION of hack/versions.env>).")
+	flag.StringVar(&o.helm, "helm", "", "The helm binary (default bin/tools/helm-<HELM_VERSION of hack/versions.env>).")
 	flag.StringVar(&o.manager, "manager", "bin/manager", "The operator binary (make build).")
 	flag.StringVar(&o.chart, "chart", "charts/fencedlease", "The operator's Helm chart.")
+	flag.StringVar(&o.scene, "scene", sceneWorkload, "What to show: "+sceneWorkload+" (a Deployment's pods and their writes) or "+
+		sceneController+" (the example fenced controller in two replica processes, one paused).")
+	flag.StringVar(&o.example, "example", "bin/fenced-controller", "The example fenced controller's binary (scene "+sceneController+").")
+	flag.StringVar(&o.exampleConfig, "example-config", "examples/fenced-controller/config", "The example's manifests: crd/, rbac/, deploy/.")
+	flag.BoolVar(&o.clientGo, "clientgo", true, "Scene "+sceneController+": show the same pause on client-go's leader election too (about 40s more).")
 	flag.Parse()
-	for _, p := range []*string{&cfg.K8sBin, &cfg.Kwok, &o.helm, &o.manager, &o.chart} {
+	if cfg.K8sBin == "" {
+		cfg.K8sBin = harness.ControlPlaneDir()
+	}
+	if cfg.Kwok == "" {
+		cfg.Kwok = harness.Tool("kwok")
+	}
+	if o.helm == "" {
+		o.helm = harness.Tool("helm")
+	}
+	for _, p := range []*string{&cfg.K8sBin, &cfg.Kwok, &o.helm, &o.manager, &o.chart, &o.example, &o.exampleConfig} {
 		abs, err := filepath.Abs(*p)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "demo:", err)
@@ -48,7 +64,18 @@ func main() {
 
 type options struct {
 	helm, manager, chart string
+	scene                string
+	// example is the example fenced controller's binary, clientGo whether
+	// the controller scene shows client-go's leader election too.
+	example, exampleConfig string
+	clientGo               bool
 }
+
+// The scenes.
+const (
+	sceneWorkload   = "workload"
+	sceneController = "controller"
+)
 
 const (
 	release   = "fencedlease"
@@ -57,17 +84,36 @@ const (
 
 func run(ctx context.Context, cfg cluster.Config, o options) error {
 	ctrllog.SetLogger(logr.Discard())
-	fmt.Println(intro)
-	c, err := cluster.New(cfg)
+	switch o.scene {
+	case sceneWorkload:
+		fmt.Println(intro)
+	case sceneController:
+		fmt.Println(controllerIntro)
+	default:
+		return fmt.Errorf("unknown scene %q: want %s or %s", o.scene, sceneWorkload, sceneController)
+	}
+	d, err := startCluster(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	if o.scene == sceneController {
+		return d.controllerScene(o)
+	}
+	return d.workloadScene(o)
+}
+
+// startCluster starts the local cluster unless it runs, and connects.
+func startCluster(ctx context.Context, cfg cluster.Config) (*demo, error) {
+	c, err := cluster.New(cfg)
+	if err != nil {
+		return nil, err
 	}
 	d := &demo{ctx: ctx, cl: c, kubectl: filepath.Join(cfg.K8sBin, "kubectl"), start: time.Now()}
 
 	d.step("The local cluster")
 	started, err := c.Up(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if started {
 		d.say("Started etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (%d simulated nodes).", len(c.Nodes))
@@ -76,22 +122,60 @@ func run(ctx context.Context, cfg cluster.Config, o options) error {
 	}
 	d.say("%s", cluster.NoContainers)
 	if d.c, err = client.New(c.RestConfig, client.Options{Scheme: setup.Scheme()}); err != nil {
-		return err
+		return nil, err
 	}
 	if err := c.RestoreNodes(ctx, time.Minute); err != nil {
-		return err
+		return nil, err
 	}
+	return d, nil
+}
 
-	d.step("Installing the operator from the Helm chart")
-	in, err := c.InstallChart(ctx, o.helm, o.chart, release, namespace)
+// installOperator installs the chart, with helmArgs, and (re)starts the
+// local operator process.
+func (d *demo) installOperator(o options, helmArgs ...string) error {
+	in, err := d.cl.InstallChart(d.ctx, o.helm, o.chart, release, namespace, helmArgs...)
 	if err != nil {
 		return err
 	}
-	d.say("helm upgrade --install %s %s --namespace %s: CRD, RBAC, webhook configurations, admission policy.", release, o.chart, namespace)
-	if err := d.startOperator(in, o.manager); err != nil {
+	d.say("helm upgrade --install %s %s --namespace %s: CRD, RBAC, webhook configurations, admission policy.", release, rel(o.chart), namespace)
+	if len(helmArgs) > 0 {
+		explain("with %s", strings.Join(quote(helmArgs), " "))
+	}
+	return d.startOperator(in, o.manager)
+}
+
+// rel is path relative to the working directory (the repository's root
+// under make), for the narration.
+func rel(path string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return path
+	}
+	if r, err := filepath.Rel(wd, path); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	return path
+}
+
+// quote puts shell quotes around the arguments that need them.
+func quote(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if strings.ContainsAny(a, " {}[]\"'") {
+			a = "'" + a + "'"
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// workloadScene is make demo: a Deployment's pods compete for a
+// FencedLease and write a protected ConfigMap.
+func (d *demo) workloadScene(o options) error {
+	d.step("Installing the operator from the Helm chart")
+	if err := d.installOperator(o); err != nil {
 		return err
 	}
-
 	if err := d.scenario(); err != nil {
 		d.dump()
 		return err

@@ -3,15 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fencedlease/fencedlease/test/cluster"
+	"github.com/fencedlease/fencedlease/test/harness"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
@@ -58,21 +60,23 @@ func explain(format string, args ...any) {
 }
 
 // startOperator (re)starts the local operator process named demo, with the
-// chart's flags and ServiceAccount, and points the chart's webhook
-// configurations at it.
+// chart's flags and ServiceAccount, points the chart's webhook
+// configurations at it, and waits until it leads.
 func (d *demo) startOperator(in *cluster.Install, manager string) error {
 	if _, err := os.Stat(manager); err != nil {
 		return fmt.Errorf("%s is missing: run 'make build' (make demo does)", manager)
 	}
-	if err := d.cl.StopOperator("demo"); err != nil {
-		return err
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	before, err := d.operatorLeader(in.Namespace)
 	if err != nil {
 		return err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	if err := d.cl.StopOperator("demo"); err != nil {
+		return err
+	}
+	port, err := harness.FreePort()
+	if err != nil {
+		return err
+	}
 	if err := d.cl.PointWebhooks(d.ctx, in, fmt.Sprintf("localhost:%d", port)); err != nil {
 		return err
 	}
@@ -85,8 +89,51 @@ func (d *demo) startOperator(in *cluster.Install, manager string) error {
 	}
 	d.op = op
 	d.say("The operator runs: %s, as ServiceAccount %s/%s (a token bound to pod %s/%s),",
-		manager, in.Namespace, in.Deployment.Spec.Template.Spec.ServiceAccountName, op.Pod.Namespace, op.Pod.Name)
-	d.say("with the chart's flags; the webhooks are called at https://localhost:%d. Its log: %s", port, op.LogFile())
+		rel(manager), in.Namespace, in.Deployment.Spec.Template.Spec.ServiceAccountName, op.Pod.Namespace, op.Pod.Name)
+	d.say("with the chart's flags; the webhooks are called at https://localhost:%d. Its log: %s", port, rel(op.LogFile()))
+	return d.waitOperatorLeads(in.Namespace, before)
+}
+
+// operatorLock is the operator's own leader-election Lease.
+const operatorLock = "fencedlease-operator"
+
+// operatorLeader is the holder of the operator's leader-election Lease,
+// "" if there is none.
+func (d *demo) operatorLeader(ns string) (string, error) {
+	l := &coordinationv1.Lease{}
+	err := d.c.Get(d.ctx, client.ObjectKey{Namespace: ns, Name: operatorLock}, l)
+	if apierrors.IsNotFound(err) || err == nil && l.Spec.HolderIdentity == nil {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return *l.Spec.HolderIdentity, nil
+}
+
+// waitOperatorLeads waits until the operator process leads: its leader
+// election Lease names a holder other than before, the process it replaced.
+// That process left the Lease held, so its successor waits for it to
+// expire.
+func (d *demo) waitOperatorLeads(ns, before string) error {
+	t0 := time.Now()
+	deadline := t0.Add(time.Minute)
+	for {
+		h, err := d.operatorLeader(ns)
+		if err != nil {
+			return err
+		}
+		if h != "" && h != before {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the operator did not take its leader-election Lease %s/%s in a minute (holder %q)", ns, operatorLock, h)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if took := time.Since(t0); took > 2*time.Second {
+		d.say("It leads (Lease %s/%s) %.1fs later: the operator process it replaced had left that Lease held.", ns, operatorLock, took.Seconds())
+	}
 	return nil
 }
 

@@ -1,0 +1,62 @@
+// Package fencedcontroller lets a controller-runtime manager run as a
+// candidate of a FencedLease instead of using leader election, and fences
+// every write its controllers make.
+//
+// Leader election does not stop a leader that was paused, partitioned or
+// slow to notice: client-go says so itself ("does not guarantee that only
+// one client is acting as a leader (a.k.a. fencing)"). A FencedLease gives
+// each grant a fence, a number that grows with every grant, and the
+// operator's fencing webhook rejects a write to a protected object unless
+// it comes from the current holder pod with the current fence. This
+// package makes both halves work for a controller:
+//
+//   - NewManager returns a manager whose runnables that need leader
+//     election (controllers, by default) start only once this pod holds a
+//     grant. With spec.renewal Holder, the pod renews its own grant through
+//     a fence.Session and holds it only until its own deadline (the send time
+//     of its last successful renewal plus the lease duration, minus a
+//     margin, on its monotonic clock); the controllers are stopped before
+//     that deadline: as soon as the grant ends, and at the latest
+//     Options.StopLead before the deadline when no renewal came in time. The
+//     manager's Start then returns ErrLeaderElectionLost, as
+//     controller-runtime's returns "leader election lost": controllers
+//     cannot be started twice in one process, so the program exits, and its
+//     pod, restarted, is a candidate again.
+//   - The manager's GetClient, and NewClient around any client, stamp the
+//     fence on every write, right after asking the Session whether the grant
+//     is still held by its own clock (a paused process's timers fire late;
+//     the clock does not): the annotation fencedlease.io/fence on creates,
+//     updates, patches and applies of a main resource, and the field manager
+//     "<manager>;fencedlease.io/fence=<N>" (FieldManager) on writes of a
+//     status or scale subresource, whose metadata the API server keeps as
+//     stored. Deletes carry no fence; the webhook admits them from the
+//     current holder pod only. Without a valid grant the client sends
+//     nothing and returns an error wrapping fence.ErrNotHolder.
+//
+// A write that passed the client's check the instant before the grant ended
+// still reaches the API server, with the old fence: the webhook rejects it.
+// That is the point of a fence: the holder's own view can be wrong, the
+// destination's check cannot.
+//
+// # Why not a resource lock
+//
+// controller-runtime lets a manager's leader election use any
+// resourcelock.Interface (manager.Options.LeaderElectionResourceLockInterface),
+// so a lock backed by the Session was the obvious first design. It was not
+// chosen, because the elector that drives the lock decides the timing, not
+// the lock: client-go's LeaderElector declares leadership lost only when
+// renewals have failed for RenewDeadline, polled every RetryPeriod, that is
+// up to RenewDeadline after the lock first says the grant is over; and a
+// candidate notices a grant only at its next RetryPeriod poll. The lock would
+// also have to invent LeaderElectionRecords for an elector that judges
+// expiry itself from the times it observed them. Neither is the holder's own
+// deadline. So NewManager builds a manager with leader election off and
+// takes the leader-election runnables itself: Add sorts runnables by the
+// manager's own rule (caches and webhook servers run at once; a runnable that
+// does not say it needs no leader election waits for the grant), and a
+// runnable of the manager, the candidate, starts and stops them. The manager
+// reports the end of a grant the way controller-runtime reports a lost
+// election: Start returns an error.
+//
+// Adopting it in a kubebuilder main.go is a few lines: docs/controllers.md.
+package fencedcontroller
