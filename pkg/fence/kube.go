@@ -24,18 +24,8 @@ const (
 	// token, CA and namespace; $FENCE_SERVICEACCOUNT_DIR overrides it (to run
 	// a workload outside a pod against a real API server, as tests do).
 	ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
-	// Annotations the operator keeps on the Lease of a FencedLease.
-	leaseHolderUID     = "fencedlease.io/holder-uid"
-	leaseState         = "fencedlease.io/state"
-	leaseFence         = "fencedlease.io/fence"
-	leaseRenewal       = "fencedlease.io/renewal"
-	leaseRenewInterval = "fencedlease.io/renew-interval"
-	stateHeld          = "held"
-	stateRevoked       = "revoked"
-	stateReleased      = "released"
-	renewalHolder      = "Holder"
-	podUIDExtra        = "authentication.kubernetes.io/pod-uid"
-	podNameExtra       = "authentication.kubernetes.io/pod-name"
+	podUIDExtra       = "authentication.kubernetes.io/pod-uid"
+	podNameExtra      = "authentication.kubernetes.io/pod-name"
 )
 
 // APIConfig says how to reach the Kubernetes API server. The package talks

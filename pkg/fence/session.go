@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // DefaultMargin is how long before its grant would expire on the operator's
@@ -29,6 +30,12 @@ type Grant struct {
 	// lease duration, minus the margin, on this process's monotonic clock.
 	// Zero when the operator renews the grant.
 	Deadline time.Time
+	// Renewed is the send time of its last successful renewal, and
+	// RenewInterval how long after it the next renewal falls due: a renewal
+	// on time moves Deadline on by then. Zero when the operator renews the
+	// grant.
+	Renewed       time.Time
+	RenewInterval time.Duration
 }
 
 // SessionConfig configures a Session.
@@ -90,6 +97,10 @@ type Session struct {
 	// grant that ended (expired, rejected, released, moved on) is never held
 	// again; only a new grant, with a higher fence, is.
 	endedUpTo int64
+	// lastDeadline is the deadline of the last renewal of the grant with
+	// fence deadlineFence: it outlives the grant, for Deadline.
+	lastDeadline  time.Time
+	deadlineFence int64
 }
 
 // NewSession asks the API server which pod it is (its token must be bound to
@@ -172,6 +183,31 @@ func (s *Session) Current() (Grant, bool) {
 		return Grant{}, false
 	}
 	return *s.grant, true
+}
+
+// Deadline returns when this pod's own validity of the grant with that fence
+// ends, with holder renewal: the deadline of its last successful renewal of
+// it, which moves on with every renewal and stays where it is once the
+// grant ended (revoked, moved on, released). Whatever works under the grant
+// must have stopped by then: with takeover Safe another pod may be granted
+// soon after. ok is false when the operator renews the grant (this pod then
+// learns of its end only afterwards), or when this session never renewed it.
+func (s *Session) Deadline(fence int64) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fence <= 0 || fence != s.deadlineFence {
+		return time.Time{}, false
+	}
+	return s.lastDeadline, true
+}
+
+// Changed returns a channel that is closed at the next change of what the
+// session knows: a new version of the Lease, a renewal, a grant held or
+// ended. Call it again after each change.
+func (s *Session) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
 }
 
 // Valid says whether g is still the grant this pod holds, now.
@@ -301,7 +337,7 @@ func (s *Session) ReleaseGrant(ctx context.Context, fence int64) error {
 		if fence <= 0 || !s.releasable(l) || parseFence(l) != fence {
 			return nil
 		}
-		updated, err := s.api.updateLease(ctx, l, "", map[string]string{leaseState: stateReleased})
+		updated, err := s.api.updateLease(ctx, l, "", map[string]string{record.LeaseState: record.StateReleased})
 		switch {
 		case isConflict(err):
 			fresh, gerr := s.api.getLease(ctx, s.namespace, s.name)
@@ -329,27 +365,22 @@ func (s *Session) ReleaseGrant(ctx context.Context, fence int64) error {
 // releasable says whether a version of the Lease names this pod in a grant
 // it may release: held, or revoked and not yet superseded.
 func (s *Session) releasable(l *lease) bool {
-	if l == nil || l.Metadata.Annotations[leaseHolderUID] != s.podUID {
+	if l == nil {
 		return false
 	}
-	state := l.Metadata.Annotations[leaseState]
-	return state == stateHeld || state == stateRevoked
+	r := record.ParseLease(l.Metadata.Annotations)
+	return r.HolderUID == s.podUID && (r.State == record.StateHeld || r.State == record.StateRevoked)
 }
 
 // holds says whether a version of the Lease names this pod in a held grant.
 func (s *Session) holds(l *lease) bool {
-	return l != nil && l.Metadata.Annotations[leaseHolderUID] == s.podUID && l.Metadata.Annotations[leaseState] == stateHeld
+	return l != nil && record.ParseLease(l.Metadata.Annotations).Holds(s.podUID)
 }
 
-func parseFence(l *lease) int64 {
-	n, err := strconv.ParseInt(l.Metadata.Annotations[leaseFence], 10, 64)
-	if err != nil || n <= 0 {
-		return 0
-	}
-	return n
-}
+// parseFence is the fence of the last grant a version of the Lease committed.
+func parseFence(l *lease) int64 { return record.ParseLease(l.Metadata.Annotations).Fence }
 
-func holderRenews(l *lease) bool { return l.Metadata.Annotations[leaseRenewal] == renewalHolder }
+func holderRenews(l *lease) bool { return record.ParseLease(l.Metadata.Annotations).HolderRenews() }
 
 func leaseDuration(l *lease) time.Duration {
 	if l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
@@ -359,7 +390,7 @@ func leaseDuration(l *lease) time.Duration {
 }
 
 func renewInterval(l *lease) time.Duration {
-	if n, err := strconv.Atoi(l.Metadata.Annotations[leaseRenewInterval]); err == nil && n > 0 {
+	if n := record.ParseLease(l.Metadata.Annotations).RenewInterval; n > 0 {
 		return time.Duration(n) * time.Second
 	}
 	return leaseDuration(l) / 3
@@ -367,14 +398,14 @@ func renewInterval(l *lease) time.Duration {
 
 // see takes in a newer version of the Lease; s.mu must be held.
 func (s *Session) see(l *lease) {
-	if s.lease != nil && !newerVersion(l.Metadata.ResourceVersion, s.lease.Metadata.ResourceVersion) {
+	if s.lease != nil && !record.NewerVersion(l.Metadata.ResourceVersion, s.lease.Metadata.ResourceVersion) {
 		return
 	}
 	s.lease = l
 	switch {
 	case s.grant != nil && (!s.holds(l) || parseFence(l) != s.grant.Fence):
 		s.end(fmt.Errorf("%w: the Lease moved from the grant with fence %d (state %q, fence %q)", ErrLost, s.grant.Fence,
-			l.Metadata.Annotations[leaseState], l.Metadata.Annotations[leaseFence]))
+			l.Metadata.Annotations[record.LeaseState], l.Metadata.Annotations[record.AnnotationFence]))
 	case s.grant == nil && s.holds(l) && !holderRenews(l) && parseFence(l) > s.endedUpTo:
 		// Renewed by the operator: held while the Lease names this pod.
 		s.grant = &Grant{Lease: s.name, Fence: parseFence(l)}
@@ -408,17 +439,6 @@ func (s *Session) expire() {
 func (s *Session) notify() {
 	close(s.changed)
 	s.changed = make(chan struct{})
-}
-
-// newerVersion reports whether resourceVersion a is newer than b (etcd
-// revisions: decimal numbers); anything else that differs counts as newer.
-func newerVersion(a, b string) bool {
-	x, errA := strconv.ParseUint(a, 10, 64)
-	y, errB := strconv.ParseUint(b, 10, 64)
-	if errA != nil || errB != nil {
-		return a != b
-	}
-	return x > y
 }
 
 // watch follows the Lease: a watch from the version last seen, read again
@@ -516,7 +536,9 @@ func (s *Session) renewOnce(ctx context.Context, l *lease) {
 		first := s.grant == nil || s.grant.Fence != fence
 		s.lastSend = sent
 		margin := min(s.margin, leaseDuration(l)/4)
-		s.grant = &Grant{Lease: s.name, Fence: fence, HolderRenews: true, Deadline: sent.Add(leaseDuration(l) - margin)}
+		s.grant = &Grant{Lease: s.name, Fence: fence, HolderRenews: true, Deadline: sent.Add(leaseDuration(l) - margin),
+			Renewed: sent, RenewInterval: renewInterval(l)}
+		s.lastDeadline, s.deadlineFence = s.grant.Deadline, fence
 		s.lost = nil
 		if first {
 			s.logf("Holding the grant with fence %d after its first renewal", fence)

@@ -1,10 +1,9 @@
 package fence
 
 import (
-	"errors"
 	"fmt"
-	"strconv"
-	"unicode"
+
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // File and directory names of the downward-API volume. They match the pod
@@ -19,7 +18,7 @@ const (
 	// LeaseFile holds the name of the FencedLease.
 	LeaseFile = "lease"
 	// InjectLabel opts a pod in to the token files; its value must be "true".
-	InjectLabel = "fencedlease.io/inject"
+	InjectLabel = record.LabelInject
 )
 
 // Role says whether this pod currently holds the lease.
@@ -27,8 +26,8 @@ type Role string
 
 // Roles published in the role file.
 const (
-	RoleHolder  Role = "holder"
-	RoleStandby Role = "standby"
+	RoleHolder  Role = record.RoleHolder
+	RoleStandby Role = record.RoleStandby
 )
 
 // Token is one consistent reading of the token files.
@@ -62,50 +61,7 @@ func (t Token) String() string {
 // positive decimal int64 of ASCII digits without sign, leading zeros or
 // whitespace. The operator's webhook applies the same rule, so a token that
 // parses here is a token the destination will understand the same way.
-func ParseFence(s string) (int64, error) {
-	reason := fenceSyntax(s)
-	if reason == "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		switch {
-		case errors.Is(err, strconv.ErrRange):
-			reason = "out of range for int64"
-		case err != nil:
-			reason = err.Error()
-		case n == 0:
-			reason = "must be positive"
-		default:
-			return n, nil
-		}
-	}
-	return 0, fmt.Errorf("invalid fence %q: %s", s, reason)
-}
-
-// fenceSyntax returns why s is not a canonical decimal, or "".
-func fenceSyntax(s string) string {
-	if s == "" {
-		return "empty"
-	}
-	for _, r := range s {
-		if unicode.IsSpace(r) {
-			return "whitespace not allowed"
-		}
-	}
-	if s[0] == '+' || s[0] == '-' {
-		return "sign not allowed"
-	}
-	for _, r := range s {
-		if r > unicode.MaxASCII {
-			return "non-ASCII character"
-		}
-		if r < '0' || r > '9' {
-			return "not a decimal integer"
-		}
-	}
-	if len(s) > 1 && s[0] == '0' {
-		return "leading zero"
-	}
-	return ""
-}
+func ParseFence(s string) (int64, error) { return record.ParseFence(s) }
 
 // parseRole parses the content of the role file.
 func parseRole(s string) (Role, error) {

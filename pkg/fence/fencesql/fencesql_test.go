@@ -10,6 +10,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/fencedlease/fencedlease/pkg/fence/fencesql"
+	"github.com/fencedlease/fencedlease/test/harness"
 )
 
 // backend is one way of talking to PostgreSQL.
@@ -23,6 +24,7 @@ type backend struct {
 // backends connects through database/sql (pgx's stdlib driver) and pgx.
 func backends(t *testing.T) []backend {
 	t.Helper()
+	harness.Needs(t, harness.PostgreSQL)
 	sqlDB, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fencedlease/fencedlease/test/harness"
 )
 
 // dsnEnv points the tests at an existing PostgreSQL server. When it is
@@ -30,7 +32,12 @@ func opID(t *testing.T, name string) string {
 	return fmt.Sprintf("%s/%s/%d-%d", t.Name(), name, runID, opSeq.Add(1))
 }
 
+// TestMain starts PostgreSQL, or under -short nothing: then the tests that
+// need it skip (backends) and the others run.
 func TestMain(m *testing.M) {
+	if harness.Short() {
+		os.Exit(m.Run())
+	}
 	os.Exit(run(m))
 }
 
