@@ -1,6 +1,6 @@
 // Command bench runs the benchmarks of make bench: failover against
 // client-go's leader election (test/bench), the fencing webhook's admission
-// latency (internal/webhook/fencing) and scale (test/scale), each as its
+// latency (internal/webhook/protected) and scale (test/scale), each as its
 // tagged test binary against its own kube-apiserver and etcd, one after the
 // other; it gathers their JSON results and writes results.md and PNG plots
 // into the output directory.

@@ -68,7 +68,7 @@ func run(dir, mode, command string, p plan, parts []string) error {
 	}
 	if slices.Contains(parts, "admission") {
 		step("admission", nil, "test", "-run", "^$", "-bench", "AdmissionLatency", "-benchtime", p.admission,
-			"-count", strconv.Itoa(p.admissionCount), "./internal/webhook/fencing/")
+			"-count", strconv.Itoa(p.admissionCount), "./internal/webhook/protected/")
 	}
 	if slices.Contains(parts, "scale") {
 		for _, r := range p.scale {

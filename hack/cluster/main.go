@@ -16,24 +16,45 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/fencedlease/fencedlease/test/cluster"
+	"github.com/fencedlease/fencedlease/test/harness"
 )
 
 func main() {
 	cfg := cluster.Config{Detached: true}
 	flag.StringVar(&cfg.Dir, "dir", "bin/cluster", "State directory of the cluster.")
-	flag.StringVar(&cfg.K8sBin, "k8s-bin", "bin/k8s/1.37.2", "Directory of etcd, kube-apiserver, kube-controller-manager and kube-scheduler.")
-	flag.StringVar(&cfg.Kwok, "kwok", "bin/tools/kwok-v0.8.0", "The kwok binary.")
+	flag.StringVar(&cfg.K8sBin, "k8s-bin", "", "Directory of etcd, kube-apiserver, kube-controller-manager and kube-scheduler (default bin/k8s/<K8S_VERSION of hack/versions.env>).")
+	flag.StringVar(&cfg.Kwok, "kwok", "", "The kwok binary (default bin/tools/kwok-<KWOK_VERSION of hack/versions.env>).")
+	flag.BoolVar(&cfg.HA, "ha", false, "Start an HA control plane: three etcd members and two API servers behind a TCP balancer.")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: %s [flags] up|down|status\n", os.Args[0])
+		fmt.Fprintf(os.Stderr, "usage: %s [flags] up|down|status\n       %s balance --listen ADDR BACKEND...\n", os.Args[0], os.Args[0])
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if flag.Arg(0) == "balance" {
+		if err := balance(ctx, flag.Args()[1:]); err != nil {
+			fmt.Fprintln(os.Stderr, "cluster balance:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if flag.NArg() != 1 {
 		flag.Usage()
 		os.Exit(2)
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer cancel()
+	if cfg.K8sBin == "" {
+		cfg.K8sBin = harness.ControlPlaneDir()
+	}
+	if cfg.Kwok == "" {
+		cfg.Kwok = harness.Tool("kwok")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cluster:", err)
+		os.Exit(1)
+	}
+	cfg.BalancerBin = self
 	if err := run(ctx, flag.Arg(0), cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "cluster:", err)
 		os.Exit(1)
@@ -74,8 +95,13 @@ func up(ctx context.Context, c *cluster.Cluster) error {
 		fmt.Printf("export KUBECONFIG=%s\n", c.Kubeconfig)
 		return nil
 	}
-	fmt.Printf("==> Starting the local cluster in %s: etcd, kube-apiserver, kube-controller-manager, kube-scheduler,\n", c.Dir)
-	fmt.Printf("    and kwok simulating %d nodes (%s) and their pods.\n", len(c.Nodes), strings.Join(c.Nodes, ", "))
+	if c.HA {
+		fmt.Printf("==> Starting the local HA cluster in %s: three etcd members, two kube-apiservers behind a TCP balancer,\n", c.Dir)
+		fmt.Printf("    kube-controller-manager, kube-scheduler, and kwok simulating %d nodes (%s) and their pods.\n", len(c.Nodes), strings.Join(c.Nodes, ", "))
+	} else {
+		fmt.Printf("==> Starting the local cluster in %s: etcd, kube-apiserver, kube-controller-manager, kube-scheduler,\n", c.Dir)
+		fmt.Printf("    and kwok simulating %d nodes (%s) and their pods.\n", len(c.Nodes), strings.Join(c.Nodes, ", "))
+	}
 	start := time.Now()
 	if _, err := c.Up(ctx); err != nil {
 		return err
@@ -106,7 +132,11 @@ func status(ctx context.Context, c *cluster.Cluster) error {
 		fmt.Println("Some processes are missing or the API server is not ready: make cluster-down, then make cluster.")
 		return nil
 	}
-	fmt.Printf("API server: %s\n", c.RestConfig.Host)
+	if c.HA {
+		fmt.Printf("API servers: %s, through the balancer\n", c.RestConfig.Host)
+	} else {
+		fmt.Printf("API server: %s\n", c.RestConfig.Host)
+	}
 	cs, err := kubernetes.NewForConfig(c.RestConfig)
 	if err != nil {
 		return err
@@ -124,4 +154,24 @@ func status(ctx context.Context, c *cluster.Cluster) error {
 	}
 	fmt.Printf("export KUBECONFIG=%s\n", c.Kubeconfig)
 	return nil
+}
+
+// balance runs the balancer of an HA cluster until it is stopped: --listen
+// ADDR, then the API servers' addresses.
+func balance(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("balance", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:0", "Address to listen at.")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return fmt.Errorf("no backend")
+	}
+	b, err := cluster.ListenBalancer(*listen, fs.Args()...)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("Balancing %s over %s\n", b.Addr(), strings.Join(fs.Args(), ", "))
+	<-ctx.Done()
+	return b.Close()
 }

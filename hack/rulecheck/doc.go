@@ -1,7 +1,8 @@
 // Package rulecheck checks the chart's monitoring extras with Prometheus's
 // own parsers, in a module of its own so that the operator's go.mod stays
 // free of Prometheus's dependencies. It renders the chart with helm
-// ($FENCEDLEASE_HELM, or bin/tools/helm-v3.22.0), then checks:
+// ($FENCEDLEASE_HELM, or bin/tools/helm-<HELM_VERSION of hack/versions.env>),
+// then checks:
 //   - the PrometheusRule: rulefmt accepts its groups (rule syntax, every
 //     expression, every annotation template), every alert links to a section
 //     of docs/operations.md that exists;

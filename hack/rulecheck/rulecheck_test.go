@@ -21,13 +21,28 @@ import (
 
 var root = filepath.Join("..", "..")
 
+// helmVersion is HELM_VERSION of hack/versions.env, where hack/tools.sh
+// takes it from (this module does not import the operator's test harness).
+func helmVersion(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, "hack", "versions.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^HELM_VERSION=(\S+)$`).FindSubmatch(data)
+	if m == nil {
+		t.Fatal("hack/versions.env has no HELM_VERSION")
+	}
+	return string(m[1])
+}
+
 // render renders the chart with the monitoring extras on and returns its
 // objects by kind.
 func render(t *testing.T) map[string][]map[string]any {
 	t.Helper()
 	helm := os.Getenv("FENCEDLEASE_HELM")
 	if helm == "" {
-		helm = filepath.Join(root, "bin", "tools", "helm-v3.22.0")
+		helm = filepath.Join(root, "bin", "tools", "helm-"+helmVersion(t))
 	}
 	out, err := exec.Command(helm, "template", "fencedlease", filepath.Join(root, "charts", "fencedlease"),
 		"--namespace", "fencedlease-system",

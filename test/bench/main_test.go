@@ -11,12 +11,16 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 
+	"github.com/fencedlease/fencedlease/test/harness"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
+	if harness.Short() {
+		os.Exit(harness.RunNone(m, harness.ControlPlane))
+	}
 	klog.SetLogger(logr.Discard()) // client-go's leader election logs every attempt
 	testenv.Main(m, &env)
 }

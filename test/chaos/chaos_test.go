@@ -4,13 +4,17 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
@@ -32,43 +36,49 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos seed %d, %s of faults (CHAOS_SEED=%d replays the fault schedule)", cfg.Seed, cfg.Duration, cfg.Seed)
 
 	testenv.SetLogger()
-	env, err := testenv.Start(testenv.WithWebhooks())
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = env.Stop() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
+	cp, err := startControlPlane(ctx, t)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("control plane: %s", cp.name)
+	env := cp.env
 	operatorConfig, err := testenv.OperatorConfig(ctx, env)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(testenv.InstallPolicies(ctx, env.Client, testenv.PolicyFiles()...)).To(Succeed())
-	breakGlass, err := testenv.UserClient(env, breakGlassUser, "system:masters")
-	g.Expect(err).NotTo(HaveOccurred())
-
-	cleanup, err := testenv.UserClient(env, "system:serviceaccount:kube-system:generic-garbage-collector", "system:masters")
-	g.Expect(err).NotTo(HaveOccurred())
 
 	rec := NewRecorder()
-	w := &world{cfg: cfg, ctx: ctx, env: env, admin: env.Client, cleanup: cleanup, rec: rec, stop: make(chan struct{}), lost: map[string]bool{}}
+	w := &world{cfg: cfg, ctx: ctx, env: env, cp: cp, admin: env.Client, cleanup: cp.cleanup, rec: rec, stop: make(chan struct{}), lost: map[string]bool{}}
 	g.Expect(w.setup()).To(Succeed())
-	checker, err := testenv.WatchHolders(ctx, env.Config, w.ns)
+	checker, err := testenv.WatchHoldersWith(ctx, w.ns, cp.follow)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(record(ctx, env.Config, w.ns, rec)).To(Succeed())
+	g.Expect(recordHistory(ctx, cp.follow, w.ns, rec)).To(Succeed())
 
 	ops := newOperators(ctx, operatorConfig, w.ns, &env.WebhookInstallOptions,
 		setup.WebhookOptions{OperatorUsers: []string{testenv.OperatorUser}, BreakGlassUsers: []string{breakGlassUser}}, rec, cfg.Seed)
+	ops.configFor = cp.operatorConfig
+	view := newWebhookView(rec)
+	ops.registerPrimary = view.register
 	g.Expect(ops.startPrimary()).To(Succeed())
 	t.Cleanup(ops.stop)
-	g.Expect(w.createObjects(breakGlass)).To(Succeed())
+	if cp.ready != nil {
+		g.Expect(cp.ready(ctx)).To(Succeed())
+	}
+	g.Expect(w.createObjects(cp.breakGlass)).To(Succeed())
+	if fencingOff() {
+		t.Log("CHAOS_FENCING=off: the fencing webhook is removed; this run must report violations")
+		g.Expect(disableFencing(ctx, cp)).To(Succeed())
+	}
 	g.Expect(w.startPods()).To(Succeed())
 	g.Eventually(func() []string { return w.unheld() }).WithTimeout(60*time.Second).WithPolling(100*time.Millisecond).
 		Should(BeEmpty(), "every lease has a holder before the faults start")
 
 	progress := w.progress(t, 30*time.Second)
-	err = newInjector(w, ops).run(ctx, time.Now().Add(cfg.Duration))
+	err = injectAll(ctx, w, ops, time.Now().Add(cfg.Duration))
 	if err == nil {
 		// Every fault has healed: every lease is held again, a deleted
 		// Lease too (re-created once its grant was over).
 		g.Eventually(func() []string { return w.unheld() }).WithTimeout(30*time.Second).WithPolling(100*time.Millisecond).
-			Should(BeEmpty(), "every lease has a holder again once the faults healed")
+			Should(BeEmpty(), func() string { return "every lease has a holder again once the faults healed:\n" + w.describeUnheld() })
 	}
 	close(w.stop)
 	w.procs.Wait()
@@ -91,9 +101,11 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	s := Summarize(cfg.Seed, cfg.Duration, h, result)
+	lags := view.lags(h, cfg.Window)
 	t.Log(s.String())
+	t.Log(lags)
 	if path := os.Getenv("CHAOS_REPORT"); path != "" {
-		g.Expect(os.WriteFile(path, []byte(s.String()), 0o600)).To(Succeed())
+		g.Expect(os.WriteFile(path, []byte(s.String()+"  "+lags+"\n"), 0o600)).To(Succeed())
 	}
 	if len(result.Violations) > 0 || keep {
 		g.Expect(WriteHistory(h, filepath.Join(dir, "history.json"))).To(Succeed())
@@ -117,6 +129,9 @@ func TestChaos(t *testing.T) {
 	g.Expect(s.Released).To(BeNumerically(">=", cfg.MinReleases), "no grant was released")
 	for _, k := range faultKinds {
 		g.Expect(s.Faults).To(HaveKey(k.name), "fault %s never injected", k.name)
+	}
+	for _, k := range cp.faultKinds {
+		g.Expect(s.Faults).To(HaveKey(k), "fault %s never injected", k)
 	}
 }
 
@@ -193,4 +208,43 @@ func (w *world) progress(t *testing.T, every time.Duration) func() {
 		}
 	}()
 	return func() { close(done); <-stopped }
+}
+
+// describeUnheld says, for a failure message, what the API server holds for
+// each lease without a holder: the FencedLease's status, its Lease and its
+// pods' publications.
+func (w *world) describeUnheld() string {
+	var b strings.Builder
+	for _, name := range w.unheld() {
+		fl := &fencingv1alpha1.FencedLease{}
+		if err := w.admin.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: name}, fl); err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", name, err)
+			continue
+		}
+		fmt.Fprintf(&b, "FencedLease %s: fence %d, holder %v, generation %d, uid %s, deleting %v\n", name, fl.Status.Fence, fl.Status.Holder, fl.Generation, fl.UID, fl.DeletionTimestamp != nil)
+		for _, c := range fl.Status.Conditions {
+			fmt.Fprintf(&b, "  condition %s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
+		}
+		l := &coordinationv1.Lease{}
+		if err := w.admin.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: name}, l); err != nil {
+			fmt.Fprintf(&b, "  Lease: %v\n", err)
+		} else {
+			fmt.Fprintf(&b, "  Lease rv %s holder %s annotations %v finalizers %v deleting %v\n", l.ResourceVersion, ptr.Deref(l.Spec.HolderIdentity, ""), l.Annotations, l.Finalizers, l.DeletionTimestamp != nil)
+		}
+		var pods corev1.PodList
+		if err := w.admin.List(w.ctx, &pods, client.InNamespace(w.ns)); err == nil {
+			for _, p := range pods.Items {
+				if p.Labels[fencingv1alpha1.LabelLease] == name || p.Annotations[fencingv1alpha1.AnnotationLease] == name {
+					ready := false
+					for _, c := range p.Status.Conditions {
+						if c.Type == corev1.ContainersReady {
+							ready = c.Status == corev1.ConditionTrue
+						}
+					}
+					fmt.Fprintf(&b, "  pod %s phase %s containersReady %v node %q deleting %v annotations %v\n", p.Name, p.Status.Phase, ready, p.Spec.NodeName, p.DeletionTimestamp != nil, p.Annotations)
+				}
+			}
+		}
+	}
+	return b.String()
 }

@@ -1,8 +1,10 @@
 // Package chaos runs the operator, with its webhooks, against a real
 // kube-apiserver and etcd while faults drawn from one seeded PRNG hit it:
 // pods deleted, containers not ready, nodes lost, the operator crashing, two
-// replicas without leader election, lost replies, lagging reads and Leases
-// deleted (as the garbage collector may). Pods of several FencedLeases run
+// replicas without leader election, lost replies, lagging reads (of the
+// controller's caches, and of the fencing webhook's cache of FencedLeases),
+// Leases deleted (as the garbage collector may) and FencedLeases deleted and
+// created again at once (as a user re-applying them would). Pods of several FencedLeases run
 // "holder processes" that act as their pod (with its bound service-account
 // token) and write protected ConfigMaps whenever they believe they hold the
 // lease, some of them after a pause with a fence that may be stale.
@@ -26,10 +28,24 @@
 // once a newer one was granted, never two published holders), and the
 // beliefs against each other (never two pods believing they hold at once).
 //
+// The run plays on envtest's kube-apiserver and etcd, or, with
+// CHAOS_CONTROL_PLANE=ha (make chaos HA=1), on the HA control plane of
+// test/cluster: three etcd members and two API servers behind a TCP
+// balancer, the operator replicas, the webhook's client and the holder
+// processes spread over them, and faults of its own beside the others: an
+// API server restarted (crashed or stopped), the network to one cut, an etcd
+// member killed and restarted, the etcd leader moved. There the history is
+// read from etcd itself, which no API server restart interrupts.
+// TestHAFailover times failovers there, quiet and with the operator's API
+// server crashed at the same moment. Every run also records the primary
+// operator's cache of FencedLeases, which the webhook decides on, and says
+// how far it lagged behind the history's status: the admission window.
+//
 // The tests carry the build tag chaos, so that `go test ./...` skips them;
 // `make chaos` runs the short run, `make chaos LONG=1` the long one.
 // CHAOS_SEED replays a run's fault schedule, CHAOS_DURATION sets its length,
 // CHAOS_ARTIFACTS keeps the history and the porcupine visualisation, and
-// CHAOS_REPORT writes the summary to a file. This file has no tag, so that
-// the package always compiles.
+// CHAOS_REPORT writes the summary to a file. CHAOS_FENCING=off removes the
+// fencing webhook once the run is set up: a sanity run that must report
+// violations. This file has no tag, so that the package always compiles.
 package chaos

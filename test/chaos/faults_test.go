@@ -10,9 +10,11 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
@@ -26,6 +28,8 @@ const (
 	faultLostReplies = "lost-replies"
 	faultReadLag     = "read-lag"
 	faultLeaseDelete = "lease-delete"
+	faultWebhookLag  = "webhook-read-lag"
+	faultRecreate    = "fencedlease-recreate"
 )
 
 // faultKinds in the order of the first round (shuffled by the seed), with
@@ -37,6 +41,7 @@ var faultKinds = []struct {
 }{
 	{faultPodDelete, 4}, {faultNotReady, 4}, {faultNodeLost, 2}, {faultCrash, 1},
 	{faultSecond, 1}, {faultLostReplies, 2}, {faultReadLag, 2}, {faultLeaseDelete, 1},
+	{faultWebhookLag, 2}, {faultRecreate, 1},
 }
 
 // injector draws faults from the seeded PRNG until the deadline. Every
@@ -174,6 +179,16 @@ func (in *injector) plan(kind string) func(context.Context) error {
 		}
 	case faultLeaseDelete:
 		return func(ctx context.Context) error { return in.deleteLease(ctx, l) }
+	case faultWebhookLag:
+		return func(context.Context) error {
+			lagged, err := in.ops.freezeWebhook(b)
+			if lagged {
+				w.rec.Fault(faultWebhookLag, b.String())
+			}
+			return err
+		}
+	case faultRecreate:
+		return func(ctx context.Context) error { return in.recreate(ctx, l) }
 	}
 	panic("unknown fault " + kind)
 }
@@ -190,6 +205,48 @@ func (in *injector) deleteLease(ctx context.Context, l *lease) error {
 		return fmt.Errorf("delete Lease %s: %w", l.Name, err)
 	}
 	return nil
+}
+
+// recreate deletes a FencedLease and creates it again as soon as the name is
+// free, as a user re-applying it would: its grant must end as any grant
+// does (with takeover Safe, not before it expired), and the new one's fences
+// must be above every fence of the old one.
+func (in *injector) recreate(ctx context.Context, l *lease) error {
+	w := in.w
+	w.mu.Lock()
+	if l.recreating {
+		w.mu.Unlock()
+		return nil
+	}
+	l.recreating = true
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		l.recreating = false
+		w.mu.Unlock()
+	}()
+	w.rec.Fault(faultRecreate, l.Name)
+	old := &fencingv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: l.Name}}
+	if err := ignoreGone(w.admin.Delete(ctx, old)); err != nil {
+		return fmt.Errorf("delete FencedLease %s: %w", l.Name, err)
+	}
+	// Until the name is free. On the HA control plane, an API server that
+	// has just started answers NotFound for the FencedLease resource until
+	// it serves the CRD: that is waited out too, for a while.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := w.admin.Create(ctx, w.fencedLease(l.leaseConfig))
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return nil
+		case !apierrors.IsAlreadyExists(err) && !apierrors.IsNotFound(err),
+			apierrors.IsNotFound(err) && time.Now().After(deadline):
+			return fmt.Errorf("create FencedLease %s again: %w", l.Name, err)
+		}
+		sleep(ctx, 20*time.Millisecond)
+	}
 }
 
 // deletePod deletes the slot's pod as a node drain would: gracefully first

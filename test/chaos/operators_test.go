@@ -14,11 +14,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/controllers/fencedlease"
 	"github.com/fencedlease/fencedlease/internal/setup"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
@@ -30,6 +32,9 @@ type replica struct {
 	m    *testenv.Manager
 	// lag freezes the replica's cached reads of some kinds (read lag).
 	lag *testenv.Lag
+	// hookLag freezes the fencing webhook's cache of FencedLeases, on the
+	// primary, which serves the webhooks.
+	hookLag *testenv.Lag
 }
 
 // operators runs the operator: a primary that serves the webhooks (the API
@@ -44,6 +49,12 @@ type operators struct {
 	webhooks *envtest.WebhookInstallOptions
 	options  setup.WebhookOptions
 	rec      *Recorder
+	// configFor, if set, is the configuration of the n-th replica started,
+	// made from cfg (the control plane's choice of API server).
+	configFor func(base *rest.Config, n int, primary bool) *rest.Config
+	// registerPrimary, if set, adds to every primary's manager (the one
+	// whose cache the webhooks read).
+	registerPrimary func(ctrl.Manager) error
 
 	// lossy, while above zero (faults overlap), makes every replica lose
 	// the replies of its Lease and status writes with probability one
@@ -69,16 +80,30 @@ func (o *operators) start(primary bool) (*replica, error) {
 	o.mu.Lock()
 	o.started++
 	r := &replica{name: fmt.Sprintf("operator-%d", o.started)}
+	cfg := o.cfg
+	if o.configFor != nil {
+		cfg = o.configFor(o.cfg, o.started, primary)
+	}
 	o.mu.Unlock()
+	// Every replica renews the operator's heartbeat, as the command does: it
+	// vouches for the grants of renewal Operator, which are then written
+	// only when they change and at their refresh, here every 10 s.
+	heartbeat := &fencedlease.Heartbeat{Namespace: o.ns, Name: fencedlease.DefaultHeartbeatName,
+		Interval: 250 * time.Millisecond, Refresh: 10 * time.Second, Identity: r.name}
 	opts := testenv.ManagerOptions{Namespace: o.ns, ReportProtection: true, WebhookOptions: o.options,
-		Options: setup.Options{WrapClient: func(c client.Client) client.Client { return o.wrap(r, c) }}}
+		Options: setup.Options{WrapClient: func(c client.Client) client.Client { return o.wrap(r, c) }, Heartbeat: heartbeat}}
 	if primary {
 		opts.Webhooks = o.webhooks
+		opts.WebhookOptions.WrapCache = func(c client.Client) client.Reader {
+			r.hookLag = testenv.NewLag(c)
+			return r.hookLag
+		}
+		opts.Register = o.registerPrimary
 	}
 	var err error
 	// The webhook port of a crashed primary may take a moment to be free.
 	for i := 0; i < 5; i++ {
-		if r.m, err = testenv.StartManager(o.ctx, o.cfg, opts); err == nil {
+		if r.m, err = testenv.StartManager(o.ctx, cfg, opts); err == nil {
 			return r, nil
 		}
 		time.Sleep(time.Second)
@@ -240,6 +265,23 @@ func (o *operators) freeze(r *replica, kind int, d time.Duration) error {
 	sleep(o.ctx, d)
 	r.lag.Thaw(lagKinds[kind]())
 	return nil
+}
+
+// freezeWebhook freezes the fencing webhook's cache of FencedLeases on the
+// primary for d.
+func (o *operators) freezeWebhook(d time.Duration) (bool, error) {
+	o.mu.Lock()
+	r := o.primary
+	o.mu.Unlock()
+	if r == nil || r.hookLag == nil {
+		return false, nil
+	}
+	if err := r.hookLag.Freeze(o.ctx, &fencingv1alpha1.FencedLeaseList{}); err != nil {
+		return true, fmt.Errorf("freeze the webhook's cache of %s: %w", r.name, err)
+	}
+	sleep(o.ctx, d)
+	r.hookLag.Thaw(&fencingv1alpha1.FencedLeaseList{})
+	return true, nil
 }
 
 // sleep waits for d or until ctx ends.

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/record"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
@@ -112,7 +113,7 @@ func (p *process) look(ctx context.Context) (role string, fence int64, gone bool
 	if pod.Annotations[fencingv1alpha1.AnnotationLease] != p.lease.Name {
 		return "", 0, false
 	}
-	fence, err = strconv.ParseInt(pod.Annotations[fencingv1alpha1.AnnotationFence], 10, 64)
+	fence, err = record.ParseFence(pod.Annotations[fencingv1alpha1.AnnotationFence])
 	if err != nil || role != fencingv1alpha1.RoleHolder {
 		return role, 0, false
 	}

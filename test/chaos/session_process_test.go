@@ -5,7 +5,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/record"
 	"github.com/fencedlease/fencedlease/pkg/fence"
 )
 
@@ -93,7 +93,8 @@ func (p *process) runSession(token string) {
 // newSession starts the pod's Session, retrying until the Lease exists (the
 // operator creates it) or the pod is gone.
 func (p *process) newSession(ctx context.Context, token string) *fence.Session {
-	api := &fence.APIConfig{Host: p.w.env.Config.Host, CAData: p.w.env.Config.CAData, Token: func() (string, error) {
+	server := p.w.cp.podConfig(p.name)
+	api := &fence.APIConfig{Host: server.Host, CAData: server.CAData, Token: func() (string, error) {
 		// A paused process sends nothing: its requests wait here.
 		p.ss.gate.RLock()
 		defer p.ss.gate.RUnlock()
@@ -321,7 +322,7 @@ func (p *process) readLease(ctx context.Context) (*coordinationv1.Lease, error) 
 }
 
 func leaseFence(l *coordinationv1.Lease) int64 {
-	f, _ := strconv.ParseInt(l.Annotations[fencingv1alpha1.AnnotationFence], 10, 64)
+	f := record.FenceOf(l.Annotations[fencingv1alpha1.AnnotationFence])
 	return f
 }
 

@@ -4,39 +4,32 @@ package chaos
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
-	"github.com/fencedlease/fencedlease/internal/setup"
+	"github.com/fencedlease/fencedlease/internal/record"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
-// record watches the namespace for the run's history: the holder published
+// recordHistory watches the namespace for the run's history: the holder published
 // on each pod, the holder each FencedLease's status names, and every version
-// of the protected objects, each stamped with the time it arrived.
-func record(ctx context.Context, cfg *rest.Config, ns string, rec *Recorder) error {
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: setup.Scheme()})
-	if err != nil {
-		return fmt.Errorf("create watch client: %w", err)
-	}
-	if err := follow(ctx, c, ns, &corev1.PodList{}, func() { rec.Gap("pods") }, func(t watch.EventType, o runtime.Object) {
+// of the protected objects, each stamped with the time it arrived. follow
+// reads them from an API server, or, on the HA control plane, from etcd.
+func recordHistory(ctx context.Context, follow testenv.FollowFunc, ns string, rec *Recorder) error {
+	if err := follow(ctx, ns, &corev1.PodList{}, func() { rec.Gap("pods") }, func(t watch.EventType, o runtime.Object) {
 		pod := o.(*corev1.Pod)
 		lease, fence := pod.Annotations[fencingv1alpha1.AnnotationLease], int64(0)
 		if t != watch.Deleted && pod.Annotations[fencingv1alpha1.AnnotationRole] == fencingv1alpha1.RoleHolder {
-			fence, _ = strconv.ParseInt(pod.Annotations[fencingv1alpha1.AnnotationFence], 10, 64)
+			fence = record.FenceOf(pod.Annotations[fencingv1alpha1.AnnotationFence])
 		}
 		rec.Hold(ViaPod, pod.Name, pod.UID, lease, fence, rec.Now())
 	}); err != nil {
 		return err
 	}
-	if err := follow(ctx, c, ns, &fencingv1alpha1.FencedLeaseList{}, func() { rec.Gap("fencedleases") }, func(t watch.EventType, o runtime.Object) {
+	if err := follow(ctx, ns, &fencingv1alpha1.FencedLeaseList{}, func() { rec.Gap("fencedleases") }, func(t watch.EventType, o runtime.Object) {
 		fl := o.(*fencingv1alpha1.FencedLease)
 		if h := fl.Status.Holder; h != nil && t != watch.Deleted {
 			rec.StatusHolder(fl.Name, h.PodName, h.PodUID, fl.Status.Fence, rec.Now())
@@ -46,17 +39,12 @@ func record(ctx context.Context, cfg *rest.Config, ns string, rec *Recorder) err
 	}); err != nil {
 		return err
 	}
-	return follow(ctx, c, ns, &corev1.ConfigMapList{}, func() { rec.Gap("*") }, func(t watch.EventType, o runtime.Object) {
+	return follow(ctx, ns, &corev1.ConfigMapList{}, func() { rec.Gap("*") }, func(t watch.EventType, o runtime.Object) {
 		cm := o.(*corev1.ConfigMap)
 		if cm.Labels[fencingv1alpha1.LabelProtectedBy] == "" || t == watch.Deleted {
 			return
 		}
-		fence, _ := strconv.ParseInt(cm.Annotations[fencingv1alpha1.AnnotationFence], 10, 64)
+		fence := record.FenceOf(cm.Annotations[fencingv1alpha1.AnnotationFence])
 		rec.Version(cm.Name, Version{Fence: fence, Value: cm.Data["value"], ResourceVersion: cm.ResourceVersion, At: rec.Now()})
 	})
-}
-
-// follow is testenv.Follow.
-func follow(ctx context.Context, c client.WithWatch, ns string, list client.ObjectList, gap func(), handle func(watch.EventType, runtime.Object)) error {
-	return testenv.Follow(ctx, c, ns, list, gap, handle)
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/record"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
@@ -28,6 +28,7 @@ type world struct {
 	cfg   runConfig
 	ctx   context.Context
 	env   *testenv.Env
+	cp    *controlPlane
 	admin client.Client
 	// cleanup deletes as the garbage collector, which the admission policy
 	// lets delete a FencedLease's Lease.
@@ -50,6 +51,8 @@ type world struct {
 type lease struct {
 	leaseConfig
 	slots []*slot
+	// recreating is set while a fault deletes and creates the FencedLease.
+	recreating bool
 }
 
 type slot struct {
@@ -102,13 +105,7 @@ func (w *world) setup() error {
 		}
 	}
 	for _, lc := range w.cfg.Leases {
-		fl := testenv.FencedLease(ns, lc.Name, candidateLabels(lc.Name), func(fl *fencingv1alpha1.FencedLease) {
-			fl.Spec.Takeover, fl.Spec.LeaseDurationSeconds, fl.Spec.MaxHoldSeconds = lc.Takeover, lc.Duration, lc.MaxHold
-			if lc.Renewal != "" {
-				fl.Spec.Renewal = lc.Renewal
-			}
-		})
-		if err := w.admin.Create(w.ctx, fl); err != nil {
+		if err := w.admin.Create(w.ctx, w.fencedLease(lc)); err != nil {
 			return fmt.Errorf("create FencedLease %s: %w", lc.Name, err)
 		}
 		l := &lease{leaseConfig: lc}
@@ -118,6 +115,16 @@ func (w *world) setup() error {
 		w.leases = append(w.leases, l)
 	}
 	return nil
+}
+
+// fencedLease is the FencedLease of a lease's configuration.
+func (w *world) fencedLease(lc leaseConfig) *fencingv1alpha1.FencedLease {
+	return testenv.FencedLease(w.ns, lc.Name, candidateLabels(lc.Name), func(fl *fencingv1alpha1.FencedLease) {
+		fl.Spec.Takeover, fl.Spec.LeaseDurationSeconds, fl.Spec.MaxHoldSeconds = lc.Takeover, lc.Duration, lc.MaxHold
+		if lc.Renewal != "" {
+			fl.Spec.Renewal = lc.Renewal
+		}
+	})
 }
 
 // bindWorkloadRole creates the workload ClusterRole of config/rbac (as
@@ -189,7 +196,7 @@ func (w *world) replace(l *lease, s *slot, node string) error {
 	if err := testenv.SetReady(w.ctx, w.admin, pod, time.Now()); err != nil {
 		return err
 	}
-	c, err := testenv.PodClient(w.ctx, w.env.Config, pod)
+	c, err := w.podClient(pod)
 	if err != nil {
 		return err
 	}
@@ -200,7 +207,7 @@ func (w *world) replace(l *lease, s *slot, node string) error {
 	run := p.run
 	if l.Renewal == fencingv1alpha1.RenewalHolder {
 		// Its Session acts as the pod too, with a token of its own.
-		token, err := testenv.PodToken(w.ctx, w.env.Config, pod)
+		token, err := w.podToken(pod)
 		if err != nil {
 			return err
 		}
@@ -259,7 +266,7 @@ func (w *world) readFinal() error {
 			if err := w.admin.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: o}, cm); err != nil {
 				return fmt.Errorf("read ConfigMap %s: %w", o, err)
 			}
-			fence, _ := strconv.ParseInt(cm.Annotations[fencingv1alpha1.AnnotationFence], 10, 64)
+			fence := record.FenceOf(cm.Annotations[fencingv1alpha1.AnnotationFence])
 			w.rec.Final(Read{Object: o, Fence: fence, Value: cm.Data["value"], ResourceVersion: cm.ResourceVersion, Call: call, Return: w.rec.Now()})
 		}
 	}

@@ -3,8 +3,10 @@ package cluster
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 )
@@ -64,4 +66,81 @@ func TestBalancerSkipsADeadBackend(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(got).To(Equal("b\n"), "connection %d after a stopped", i)
 	}
+}
+
+// hold serves name on every connection and keeps it open until the client
+// closes it, until the test ends.
+func hold(t *testing.T, name string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				fmt.Fprintln(c, name)
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// TestBalancerCut: a cut backend's connections end at once and new ones go
+// to the other backend; a Balancer whose only backend is cut closes every
+// connection it accepts; after Heal the backend gets connections again.
+func TestBalancerCut(t *testing.T) {
+	g := NewWithT(t)
+	a, bAddr := hold(t, "a"), hold(t, "b")
+	lb, err := NewBalancer(a, bAddr)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { lb.Close() })
+	front, err := NewBalancer(a)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { front.Close() })
+
+	open := func(b *Balancer) (net.Conn, string) {
+		c, err := net.Dial("tcp", b.Addr())
+		g.Expect(err).NotTo(HaveOccurred())
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		got, _ := bufio.NewReader(c).ReadString('\n')
+		return c, got
+	}
+	var toA []net.Conn
+	for range 2 {
+		c, got := open(lb)
+		if got == "a\n" {
+			toA = append(toA, c)
+		}
+	}
+	g.Expect(toA).To(HaveLen(1), "one of two connections to each backend")
+	viaFront, got := open(front)
+	g.Expect(got).To(Equal("a\n"))
+
+	lb.Cut(a)
+	front.Cut(a)
+	for _, c := range []net.Conn{toA[0], viaFront} {
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, err := c.Read(make([]byte, 1))
+		g.Expect(err).To(Equal(io.EOF), "a connection to the cut backend ends at once")
+	}
+	for range 4 {
+		_, got := open(lb)
+		g.Expect(got).To(Equal("b\n"), "new connections avoid the cut backend")
+	}
+	_, got = open(front)
+	g.Expect(got).To(BeEmpty(), "the proxy of a cut backend closes what it accepts")
+
+	lb.Heal(a)
+	front.Heal(a)
+	_, got = open(front)
+	g.Expect(got).To(Equal("a\n"), "healed")
 }

@@ -5,11 +5,12 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,19 +20,43 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/fencedlease/fencedlease/test/harness"
 )
 
-// The processes of the cluster, in the order they start; Down stops them in
-// reverse.
+// The processes of the cluster. An HA cluster numbers its etcd members
+// (etcd-0 …) and API servers (kube-apiserver-0 …), and runs the balancer in
+// front of its API servers as a process of its own when it is detached.
 const (
 	etcd              = "etcd"
 	apiServer         = "kube-apiserver"
 	controllerManager = "kube-controller-manager"
 	scheduler         = "kube-scheduler"
 	kwok              = "kwok"
+	balancer          = "balancer"
 )
 
-var components = []string{etcd, apiServer, controllerManager, scheduler, kwok}
+// components are the cluster's processes in the order they start; Down
+// stops them in reverse.
+func (c *Cluster) components() []string {
+	out := []string{etcd, apiServer}
+	if c.HA {
+		out = nil
+		for i := range etcdMembers {
+			out = append(out, memberName(i))
+		}
+		for i := range apiServers {
+			out = append(out, serverName(i))
+		}
+		if c.detached {
+			out = append(out, balancer)
+		}
+	}
+	if !c.ControlPlaneOnly {
+		out = append(out, controllerManager, scheduler, kwok)
+	}
+	return out
+}
 
 // DefaultNodeMonitorGracePeriod is how long the node lifecycle controller
 // waits for a node's heartbeat before it marks the node lost (Ready
@@ -65,6 +90,18 @@ type Config struct {
 	// Detached processes outlive the program that starts them (make
 	// cluster); attached ones (tests) die with it.
 	Detached bool
+	// HA runs three etcd members (a real cluster, peer URLs on loopback)
+	// and two API servers behind the balancer (ha.go). A directory whose
+	// cluster was started HA stays HA until Down.
+	HA bool
+	// BalancerBin is the program that runs the balancer of a detached HA
+	// cluster as a process (hack/cluster, whose "balance" command does);
+	// an attached cluster balances in the test's process.
+	BalancerBin string
+	// ControlPlaneOnly starts etcd and the API servers alone: no
+	// controller manager, scheduler, kwok or nodes, for tests that play
+	// the kubelet themselves (test/testenv), as envtest does.
+	ControlPlaneOnly bool
 }
 
 // Cluster is a running local cluster.
@@ -72,9 +109,16 @@ type Cluster struct {
 	Config
 	// Kubeconfig is the path of a cluster administrator's kubeconfig.
 	Kubeconfig string
-	// RestConfig is the administrator's client configuration.
+	// RestConfig is the administrator's client configuration. In an HA
+	// cluster it reaches the API servers through the balancer.
 	RestConfig *rest.Config
 	detached   bool
+	// ha is the running HA control plane of an attached cluster: its
+	// members, servers and the proxies in front of them (ha.go).
+	ha *haPlane
+	// specs are the processes started, by name, to start them again.
+	specsMu sync.Mutex
+	specs   map[string]process
 }
 
 // New returns the cluster of cfg, running or not.
@@ -93,13 +137,16 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.NodeMonitorGracePeriod == 0 {
 		cfg.NodeMonitorGracePeriod = DefaultNodeMonitorGracePeriod
 	}
+	if _, err := os.Stat(filepath.Join(dir, haMarker)); err == nil {
+		cfg.HA = true
+	}
 	return &Cluster{Config: cfg, Kubeconfig: filepath.Join(dir, "kubeconfig"), detached: cfg.Detached}, nil
 }
 
 // Running says whether every process of the cluster runs and the API server
 // is ready; it loads the administrator's client configuration if so.
 func (c *Cluster) Running(ctx context.Context) bool {
-	for _, name := range components {
+	for _, name := range c.components() {
 		if _, ok := c.pid(name); !ok {
 			return false
 		}
@@ -135,39 +182,26 @@ func (c *Cluster) Up(ctx context.Context) (started bool, err error) {
 }
 
 func (c *Cluster) up(ctx context.Context) error {
-	for _, bin := range []string{filepath.Join(c.K8sBin, etcd), filepath.Join(c.K8sBin, apiServer),
-		filepath.Join(c.K8sBin, controllerManager), filepath.Join(c.K8sBin, scheduler), c.Kwok} {
-		if _, err := os.Stat(bin); err != nil {
-			return fmt.Errorf("%s is missing: run 'hack/tools.sh cluster' and 'hack/tools.sh kwok' (make cluster does)", bin)
-		}
+	if err := c.checkBinaries(); err != nil {
+		return err
 	}
 	p, err := c.certificates()
 	if err != nil {
 		return err
 	}
-	if err := os.RemoveAll(filepath.Join(c.Dir, "etcd")); err != nil {
+	if err := c.removeData(); err != nil {
 		return err
 	}
-	ports, err := freePorts(3)
+	var s servers
+	if c.HA {
+		s, err = c.upHA(ctx, p)
+	} else {
+		s, err = c.upSingle(ctx, p)
+	}
 	if err != nil {
 		return err
 	}
-	a := addresses{
-		etcd:   fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
-		peer:   fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
-		port:   ports[2],
-		server: fmt.Sprintf("https://127.0.0.1:%d", ports[2]),
-	}
-	if err := c.start(c.etcdProcess(a)); err != nil {
-		return err
-	}
-	if err := waitHTTP(ctx, a.etcd+"/health", 30*time.Second); err != nil {
-		return c.failed(etcd, err)
-	}
-	if err := c.start(c.apiServerProcess(a, p)); err != nil {
-		return err
-	}
-	if err := c.writeKubeconfigs(a.server, p); err != nil {
+	if err := c.writeKubeconfigs(s, p); err != nil {
 		return err
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
@@ -175,9 +209,20 @@ func (c *Cluster) up(ctx context.Context) error {
 		return err
 	}
 	if err := waitReady(ctx, cfg, 60*time.Second); err != nil {
+		if c.HA {
+			return c.failed(serverName(0), err)
+		}
 		return c.failed(apiServer, err)
 	}
 	c.RestConfig = cfg
+	if c.HA && c.ha != nil {
+		if err := c.waitServers(ctx, 60*time.Second); err != nil {
+			return err
+		}
+	}
+	if c.ControlPlaneOnly {
+		return nil
+	}
 	stagesFile, err := c.writeStages()
 	if err != nil {
 		return err
@@ -188,6 +233,70 @@ func (c *Cluster) up(ctx context.Context) error {
 		}
 	}
 	return c.addNodes(ctx)
+}
+
+func (c *Cluster) checkBinaries() error {
+	bins := []string{filepath.Join(c.K8sBin, etcd), filepath.Join(c.K8sBin, apiServer)}
+	if c.HA {
+		bins = append(bins, filepath.Join(c.K8sBin, etcdctl), filepath.Join(c.K8sBin, etcdutl))
+		if c.detached {
+			bins = append(bins, c.BalancerBin)
+		}
+	}
+	if !c.ControlPlaneOnly {
+		bins = append(bins, filepath.Join(c.K8sBin, controllerManager), filepath.Join(c.K8sBin, scheduler), c.Kwok)
+	}
+	for _, bin := range bins {
+		if _, err := os.Stat(bin); err != nil {
+			return fmt.Errorf("%s is missing: run 'hack/tools.sh cluster' and 'hack/tools.sh kwok' (make cluster does)", bin)
+		}
+	}
+	return nil
+}
+
+// removeData removes etcd's data, of one member or of several.
+func (c *Cluster) removeData() error {
+	dirs, err := filepath.Glob(filepath.Join(c.Dir, "etcd*"))
+	if err != nil {
+		return err
+	}
+	for _, d := range dirs {
+		if err := os.RemoveAll(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// servers are the API server addresses that the kubeconfigs name: the
+// administrator's, and each component's.
+type servers struct {
+	admin      string
+	components map[string]string
+}
+
+// upSingle starts one etcd member and one API server.
+func (c *Cluster) upSingle(ctx context.Context, p *pki) (servers, error) {
+	ports, err := freePorts(3)
+	if err != nil {
+		return servers{}, err
+	}
+	a := addresses{
+		etcd:   fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
+		peer:   fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
+		port:   ports[2],
+		server: fmt.Sprintf("https://127.0.0.1:%d", ports[2]),
+	}
+	if err := c.start(c.etcdProcess(a)); err != nil {
+		return servers{}, err
+	}
+	if err := waitHTTP(ctx, a.etcd+"/health", 30*time.Second); err != nil {
+		return servers{}, c.failed(etcd, err)
+	}
+	if err := c.start(c.apiServerProcess(apiServer, a.etcd, a.port, p)); err != nil {
+		return servers{}, err
+	}
+	return servers{admin: a.server}, nil
 }
 
 // certificates makes the CA and the certificates, and a client certificate
@@ -229,26 +338,40 @@ func (c *Cluster) Tail(name string, lines int) string {
 // LogFile is the path of a process's log.
 func (c *Cluster) LogFile(name string) string { return c.logFile(name) }
 
-// Down stops every process of the cluster that runs, operators first, and
-// removes etcd's data. It is harmless when nothing runs.
+// Down stops every process of the cluster that runs, operators and pod
+// processes first, and removes etcd's data. It is harmless when nothing
+// runs.
 func (c *Cluster) Down() error {
 	var errs []error
-	for _, name := range c.operatorNames() {
+	for _, name := range c.programs() {
 		errs = append(errs, c.stop(name, 10*time.Second))
 	}
-	for i := len(components) - 1; i >= 0; i-- {
-		errs = append(errs, c.stop(components[i], 10*time.Second))
+	if c.ha != nil {
+		c.ha.close()
+	}
+	// Every process of either layout, and whatever else has a pid file.
+	names := controlPlaneNames()
+	for _, n := range c.pidNames() {
+		if !slices.Contains(names, n) {
+			names = append([]string{n}, names...)
+		}
+	}
+	for i := len(names) - 1; i >= 0; i-- {
+		errs = append(errs, c.stop(names[i], 10*time.Second))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	return os.RemoveAll(filepath.Join(c.Dir, "etcd"))
+	if err := os.Remove(filepath.Join(c.Dir, haMarker)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return c.removeData()
 }
 
 // Processes lists the cluster's running processes, name to pid.
 func (c *Cluster) Processes() map[string]int {
 	out := map[string]int{}
-	for _, name := range append(append([]string(nil), components...), c.operatorNames()...) {
+	for _, name := range c.pidNames() {
 		if pid, ok := c.pid(name); ok {
 			out[name] = pid
 		}
@@ -260,8 +383,12 @@ func (c *Cluster) componentKubeconfig(name string) string {
 	return filepath.Join(c.Dir, "pki", name+".kubeconfig")
 }
 
-func (c *Cluster) writeKubeconfigs(server string, p *pki) error {
+func (c *Cluster) writeKubeconfigs(s servers, p *pki) error {
 	write := func(path, user string) error {
+		server := s.admin
+		if cs, ok := s.components[user]; ok {
+			server = cs
+		}
 		kc := clientcmdapi.NewConfig()
 		kc.Clusters["local"] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: p.path("ca.crt")}
 		kc.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificate: p.path(user + ".crt"), ClientKey: p.path(user + ".key")}
@@ -409,21 +536,4 @@ func waitHTTP(ctx context.Context, url string, timeout time.Duration) error {
 }
 
 // freePorts returns n ports that are free on 127.0.0.1 now.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var out []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	return out, nil
-}
+func freePorts(n int) ([]int, error) { return harness.FreePorts(n) }

@@ -22,10 +22,12 @@ func (c *Cluster) etcdProcess(a addresses) process {
 	}}
 }
 
-func (c *Cluster) apiServerProcess(a addresses, p *pki) process {
-	return process{name: apiServer, bin: filepath.Join(c.K8sBin, apiServer), args: []string{
-		"--etcd-servers=" + a.etcd,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", a.port),
+// apiServerProcess is an API server named name on port, whose storage is
+// the etcd members at etcdServers (comma-separated client URLs).
+func (c *Cluster) apiServerProcess(name, etcdServers string, port int, p *pki) process {
+	proc := process{name: name, bin: filepath.Join(c.K8sBin, apiServer), args: []string{
+		"--etcd-servers=" + etcdServers,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),
 		"--cert-dir=" + filepath.Join(c.Dir, "pki"),
 		"--tls-cert-file=" + p.path("apiserver.crt"), "--tls-private-key-file=" + p.path("apiserver.key"),
 		"--client-ca-file=" + p.path("ca.crt"),
@@ -41,6 +43,19 @@ func (c *Cluster) apiServerProcess(a addresses, p *pki) process {
 		// which Endpoints refuse.
 		"--endpoint-reconciler-type=none",
 	}}
+	if c.ControlPlaneOnly {
+		// As envtest: no controller manager creates the namespaces'
+		// default ServiceAccounts, which this plugin requires of pods.
+		proc.args = append(proc.args, "--disable-admission-plugins=ServiceAccount")
+	}
+	if c.HA {
+		// Stopped (SIGTERM), it answers new requests with 429 and
+		// Retry-After until those in flight have drained, then ends its
+		// connections within 2 s, as behind a load balancer; by default it
+		// would keep its watches up to a minute.
+		proc.args = append(proc.args, "--shutdown-send-retry-after=true")
+	}
+	return proc
 }
 
 func (c *Cluster) controllerManagerProcess(p *pki) process {

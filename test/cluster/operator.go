@@ -13,14 +13,11 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 )
 
@@ -38,8 +35,9 @@ type Install struct {
 
 // InstallChart installs (or upgrades) the chart with helm, then scales the
 // operator's Deployment to zero: its pods would only be simulated. The
-// operator runs as local processes instead (StartOperator).
-func (c *Cluster) InstallChart(ctx context.Context, helm, chart, release, namespace string, set ...string) (*Install, error) {
+// operator runs as local processes instead (StartOperator). helmArgs go to
+// helm as they are (values: --set, --set-json, --values).
+func (c *Cluster) InstallChart(ctx context.Context, helm, chart, release, namespace string, helmArgs ...string) (*Install, error) {
 	cs, err := kubernetes.NewForConfig(c.RestConfig)
 	if err != nil {
 		return nil, err
@@ -56,9 +54,7 @@ func (c *Cluster) InstallChart(ctx context.Context, helm, chart, release, namesp
 		return nil, fmt.Errorf("delete the earlier MutatingWebhookConfigurations of release %s: %w", release, err)
 	}
 	args := []string{"upgrade", "--install", release, chart, "--namespace", namespace, "--create-namespace", "--kubeconfig", c.Kubeconfig}
-	for _, s := range set {
-		args = append(args, "--set", s)
-	}
+	args = append(args, helmArgs...)
 	cmd := exec.CommandContext(ctx, helm, args...)
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(c.Dir, "helm", "cache"),
 		"HELM_CONFIG_HOME="+filepath.Join(c.Dir, "helm", "config"), "HELM_DATA_HOME="+filepath.Join(c.Dir, "helm", "data"))
@@ -165,26 +161,9 @@ func (c *Cluster) StartOperator(ctx context.Context, in *Install, manager, name 
 		return nil, err
 	}
 	tmpl := in.Deployment.Spec.Template.Spec
-	tr, err := cs.CoreV1().ServiceAccounts(in.Namespace).CreateToken(ctx, tmpl.ServiceAccountName, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{
-			ExpirationSeconds: ptr.To[int64](7 * 24 * 3600),
-			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("request a token for pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
 	dir := filepath.Join(c.Dir, "operators", name)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: c.RestConfig.Host, CertificateAuthority: c.RestConfig.CAFile}
-	kc.AuthInfos["operator"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	kc.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "operator"}
-	kc.CurrentContext = "local"
-	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+	if err := c.podKubeconfig(ctx, cs, pod, kubeconfig, 7*24*3600); err != nil {
 		return nil, err
 	}
 	ports, err := freePorts(1)
@@ -315,14 +294,3 @@ func (o *Operator) LogFile() string { return o.c.logFile(operatorPrefix + o.Name
 
 // StopOperator stops the named operator process if it runs.
 func (c *Cluster) StopOperator(name string) error { return c.stop(operatorPrefix+name, 10*time.Second) }
-
-func (c *Cluster) operatorNames() []string {
-	entries, _ := os.ReadDir(filepath.Join(c.Dir, "run"))
-	var out []string
-	for _, e := range entries {
-		if n := strings.TrimSuffix(e.Name(), ".pid"); strings.HasPrefix(n, operatorPrefix) {
-			out = append(out, n)
-		}
-	}
-	return out
-}

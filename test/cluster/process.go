@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,6 +34,12 @@ func (c *Cluster) start(p process) error {
 	if err := os.MkdirAll(filepath.Join(c.Dir, "run"), 0o700); err != nil {
 		return err
 	}
+	c.specsMu.Lock()
+	if c.specs == nil {
+		c.specs = map[string]process{}
+	}
+	c.specs[p.name] = p
+	c.specsMu.Unlock()
 	if err := os.MkdirAll(filepath.Join(c.Dir, "logs"), 0o700); err != nil {
 		return err
 	}
@@ -54,7 +61,13 @@ func (c *Cluster) start(p process) error {
 		return fmt.Errorf("start %s: %w", p.name, err)
 	}
 	pid := cmd.Process.Pid
-	if err := os.WriteFile(c.pidFile(p.name), []byte(fmt.Sprintf("%d\n%s\n", pid, p.bin)), 0o600); err != nil {
+	// /proc/<pid>/exe names the binary with symbolic links resolved (bin/k8s
+	// may be a link to another clone's): so does the pid file.
+	bin := p.bin
+	if resolved, err := filepath.EvalSymlinks(bin); err == nil {
+		bin = resolved
+	}
+	if err := os.WriteFile(c.pidFile(p.name), []byte(fmt.Sprintf("%d\n%s\n", pid, bin)), 0o600); err != nil {
 		_ = cmd.Process.Kill()
 		return err
 	}
@@ -62,6 +75,29 @@ func (c *Cluster) start(p process) error {
 	// still looks alive.
 	go func() { _ = cmd.Wait() }()
 	return nil
+}
+
+// restart starts the named process again as it was started last.
+func (c *Cluster) restart(name string) error {
+	c.specsMu.Lock()
+	p, ok := c.specs[name]
+	c.specsMu.Unlock()
+	if !ok {
+		return fmt.Errorf("%s was never started", name)
+	}
+	return c.start(p)
+}
+
+// pidNames lists the processes that have a pid file, running or not.
+func (c *Cluster) pidNames() []string {
+	entries, _ := os.ReadDir(filepath.Join(c.Dir, "run"))
+	var out []string
+	for _, e := range entries {
+		if n, ok := strings.CutSuffix(e.Name(), ".pid"); ok {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // pid returns the pid of the named process if it is still running the
@@ -109,7 +145,9 @@ func gone(pid int) bool {
 }
 
 // stop sends SIGTERM to the named process, then SIGKILL after grace, and
-// waits until it is gone.
+// waits until it is gone. A process paused with SIGSTOP is continued, with
+// its process group (it leads its own session), so that it handles the
+// SIGTERM.
 func (c *Cluster) stop(name string, grace time.Duration) error {
 	pid, ok := c.pid(name)
 	defer os.Remove(c.pidFile(name))
@@ -117,6 +155,7 @@ func (c *Cluster) stop(name string, grace time.Duration) error {
 		return nil
 	}
 	_ = syscall.Kill(pid, syscall.SIGTERM)
+	_ = syscall.Kill(-pid, syscall.SIGCONT)
 	deadline := time.Now().Add(grace)
 	for time.Now().Before(deadline) {
 		if gone(pid) {
@@ -150,4 +189,25 @@ func (c *Cluster) kill(name string) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return errors.New(name + " did not die")
+}
+
+// controlPlaneNames are the names of the control plane's processes, of
+// either layout (single or HA), in the order they start.
+func controlPlaneNames() []string {
+	return append((&Cluster{Config: Config{HA: true}, detached: true}).components(), controllerManager, scheduler, kwok, etcd, apiServer)
+}
+
+// programs are the processes started beside the cluster's own components
+// (operators, pod processes): every pid file in the run directory that is
+// not a component's.
+func (c *Cluster) programs() []string {
+	entries, _ := os.ReadDir(filepath.Join(c.Dir, "run"))
+	var out []string
+	for _, e := range entries {
+		n, ok := strings.CutSuffix(e.Name(), ".pid")
+		if ok && !slices.Contains(controlPlaneNames(), n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }

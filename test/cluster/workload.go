@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/record"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
@@ -35,7 +35,7 @@ func Holder(ctx context.Context, c client.Client, ns, lease string) (pod *corev1
 	}
 	if pod.UID != fl.Status.Holder.PodUID ||
 		pod.Annotations[fencingv1alpha1.AnnotationRole] != fencingv1alpha1.RoleHolder ||
-		pod.Annotations[fencingv1alpha1.AnnotationFence] != strconv.FormatInt(fl.Status.Fence, 10) {
+		pod.Annotations[fencingv1alpha1.AnnotationFence] != record.FormatFence(fl.Status.Fence) {
 		return nil, 0, false, nil
 	}
 	return pod, fl.Status.Fence, true, nil
@@ -44,7 +44,7 @@ func Holder(ctx context.Context, c client.Client, ns, lease string) (pod *corev1
 // PodFence is the fence in the pod's annotation (what its token file says),
 // 0 when it has none.
 func PodFence(pod *corev1.Pod) int64 {
-	n, _ := strconv.ParseInt(pod.Annotations[fencingv1alpha1.AnnotationFence], 10, 64)
+	n := record.FenceOf(pod.Annotations[fencingv1alpha1.AnnotationFence])
 	return n
 }
 
@@ -70,7 +70,7 @@ func WriteAs(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, name, lease
 	if cm.Annotations == nil {
 		cm.Annotations = map[string]string{}
 	}
-	cm.Annotations[fencingv1alpha1.AnnotationFence] = strconv.FormatInt(fence, 10)
+	cm.Annotations[fencingv1alpha1.AnnotationFence] = record.FormatFence(fence)
 	cm.Data = data
 	if cm.ResourceVersion == "" {
 		return pc.Create(ctx, cm)

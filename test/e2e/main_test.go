@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencedlease/fencedlease/internal/setup"
 	"github.com/fencedlease/fencedlease/test/cluster"
+	"github.com/fencedlease/fencedlease/test/harness"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
@@ -57,16 +58,13 @@ func testMain(m *testing.M) int {
 	}
 	kwok := os.Getenv("FENCEDLEASE_KWOK")
 	if kwok == "" {
-		kwok = filepath.Join(root, "bin", "tools", "kwok-v0.8.0")
+		kwok = harness.Tool("kwok")
 	}
 	helm := os.Getenv("FENCEDLEASE_HELM")
 	if helm == "" {
-		helm = filepath.Join(root, "bin", "tools", "helm-v3.22.0")
+		helm = harness.Tool("helm")
 	}
-	k8sBin := os.Getenv("KUBEBUILDER_ASSETS")
-	if k8sBin == "" {
-		k8sBin = filepath.Join(root, "bin", "k8s", "1.37.2")
-	}
+	k8sBin := harness.ControlPlaneDir()
 	if cl, err = cluster.New(cluster.Config{Dir: filepath.Join(tmp, "cluster"), K8sBin: k8sBin, Kwok: kwok,
 		NodeMonitorGracePeriod: nodeGrace}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -108,7 +106,7 @@ func testMain(m *testing.M) int {
 // Deployment would, with the webhook configurations calling them through
 // one balancer address.
 func startOperators(ctx context.Context) error {
-	ports, err := freePorts(2)
+	ports, err := harness.FreePorts(2)
 	if err != nil {
 		return err
 	}

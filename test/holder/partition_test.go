@@ -109,14 +109,19 @@ func partitioned(t *testing.T, bin binaries, lostNode bool) partitionRun {
 	f.g.Expect(run.Stopped).To(BeTemporally("<", run.Granted), "a's child stopped before b was granted")
 	f.g.Expect(run.StartedB).To(BeTemporally(">", run.Stopped))
 	f.g.Expect(run.Granted).To(BeTemporally(">=", run.Deadline), "b granted after a's deadline")
-	why, err := pa.waitEndReason(f.ctx, startA.Token, timeout)
-	f.g.Expect(err).NotTo(HaveOccurred())
-	f.g.Expect(why).To(ContainSubstring("no successful renewal of the grant with fence %d", startA.Token))
+	// fence run asked the child to stop ahead of the deadline by its own
+	// clock; the session then ends the grant, by the release that follows
+	// the child's exit or by the deadline, whichever comes first.
 	line, err := pa.waitLossLine(f.ctx, startA.PID, timeout)
 	f.g.Expect(err).NotTo(HaveOccurred())
-	f.g.Expect(line.Text).To(ContainSubstring(why))
+	f.g.Expect(line.Text).To(ContainSubstring(deadlineStop(startA.Token)))
+	why, err := pa.waitEndReason(f.ctx, startA.Token, timeout)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	f.g.Expect(why).To(Or(
+		ContainSubstring("no successful renewal of the grant with fence %d", startA.Token),
+		ContainSubstring("the grant with fence %d was released by this pod", startA.Token)))
 	last, _ := pa.lastOf(startA.PID)
-	f.g.Expect(last.Kind).To(Equal("stop"))
+	f.g.Expect(last.Kind).To(Equal("stop"), "asked ahead of its deadline, the child stops by itself")
 
 	// The partition heals: a finds b's grant and stays a standby; its old
 	// grant is not renewed again.
@@ -197,4 +202,64 @@ func TestSessionPartitioned(t *testing.T) {
 		grantB.AcquireTime.Sub(stopped).Round(time.Millisecond))
 	f.g.Expect(grantB.AcquireTime).To(BeTemporally(">", stopped), "a stopped before b was granted")
 	f.g.Expect(strings.Contains(context.Cause(hctx).Error(), fmt.Sprint(ga.Fence))).To(BeTrue())
+}
+
+// TestFenceRunStopsAChildThatIgnoresSIGTERMByItsDeadline: a holder cut off
+// from the API server runs a child that goes on working after SIGTERM, with
+// a grace period longer than the whole lease. fence run must ask it to stop
+// ahead of its deadline and kill it at the deadline at the latest: its
+// validity ends there, and with takeover Safe another pod may be granted
+// right after. A SIGKILL only a grace period after the deadline would leave
+// it working next to the next holder.
+func TestFenceRunStopsAChildThatIgnoresSIGTERMByItsDeadline(t *testing.T) {
+	bin := buildBinaries(t)
+	f := newFixture(t)
+	rec := f.recordLease("db")
+	f.fencedLease(func(fl *fencingv1alpha1.FencedLease) {
+		fl.Spec.LeaseDurationSeconds = int32(pauseLease / time.Second)
+		fl.Spec.RenewIntervalSeconds = ptr.To(int32(pauseInterval / time.Second))
+	})
+	a := f.readyPod("a", time.Hour)
+	b := f.readyPod("b", time.Minute)
+	_, err := rec.wait(f.ctx, timeout, "created", func(leaseVersion) bool { return true })
+	f.g.Expect(err).NotTo(HaveOccurred())
+	proxy := startProxy(t, apiAddr())
+	pa := f.startHolder(bin, a, holderOptions{API: proxy.Addr(), Margin: pauseMargin, Grace: 10 * time.Second, ChildIgnoresTerm: true})
+	f.startHolder(bin, b, holderOptions{Margin: pauseMargin})
+
+	startA, err := pa.waitStart(f.ctx, 1, timeout)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	grantA, err := rec.grantTo(f.ctx, a.UID, 0, timeout)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	_, err = rec.wait(f.ctx, timeout, "renewed by a", func(v leaseVersion) bool {
+		return v.Transitions == grantA.Transitions && v.RenewTime.After(startA.At)
+	})
+	f.g.Expect(err).NotTo(HaveOccurred())
+	cut := time.Now()
+	proxy.Cut()
+	rec.dumpOnFailure(t, cut)
+	grantB, err := rec.grantTo(f.ctx, b.UID, grantA.Transitions, timeout)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	deadline := rec.lastRenewal(grantA.Transitions).Add(pauseLease - pauseMargin)
+	// Well past b's grant, so that a child still working would show it.
+	time.Sleep(time.Until(grantB.AcquireTime.Add(2 * time.Second)))
+
+	var term, last childEvent
+	for _, e := range pa.events() {
+		if e.PID != startA.PID {
+			continue
+		}
+		if e.Kind == "term" && term.At.IsZero() {
+			term = e
+		}
+		last = e
+	}
+	t.Logf("a's child: asked to stop %s before a's deadline, last worked %s before it; b granted %s after the deadline",
+		deadline.Sub(term.At).Round(time.Millisecond), deadline.Sub(last.At).Round(time.Millisecond),
+		grantB.AcquireTime.Sub(deadline).Round(time.Millisecond))
+	f.g.Expect(term.At).NotTo(BeZero(), "the child was asked to stop")
+	f.g.Expect(term.At).To(BeTemporally("<", deadline), "asked to stop before its deadline")
+	f.g.Expect(last.Kind).To(Equal("beat"), "the child never stopped by itself: it was killed")
+	f.g.Expect(last.At).To(BeTemporally("<", grantB.AcquireTime), "a's child worked after b was granted")
+	f.g.Expect(last.At).To(BeTemporally("<", deadline.Add(100*time.Millisecond)), "a's child worked past its deadline")
 }

@@ -1,8 +1,8 @@
 package holder_test
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencedlease/fencedlease/test/harness"
+
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/record"
 	"github.com/fencedlease/fencedlease/pkg/fence/fencetest"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
@@ -104,6 +107,11 @@ type holderOptions struct {
 	// Go runs goholder instead of fence run: the holder is a Go program
 	// with a Session of its own, not a supervisor of a child.
 	Go bool
+	// Grace is fence run's --grace-period; 1s when 0.
+	Grace time.Duration
+	// ChildIgnoresTerm makes the child go on working after SIGTERM, until
+	// it is killed.
+	ChildIgnoresTerm bool
 }
 
 // holderProc is a running `fence run -- child` (or goholder) acting as one
@@ -114,7 +122,7 @@ type holderProc struct {
 	files    *fencetest.KubeletWriter
 	cmd      *exec.Cmd
 	childLog string
-	out      *lineLog
+	out      *harness.LineLog
 	exited   chan struct{}
 	frozen   []int // process groups stopped by freeze
 }
@@ -135,6 +143,9 @@ func (f *fixture) startHolder(bin binaries, pod *corev1.Pod, o holderOptions) *h
 	if o.Lease == "" {
 		o.Lease = "db"
 	}
+	if o.Grace == 0 {
+		o.Grace = time.Second
+	}
 	if o.Files == nil {
 		k, err := fencetest.NewKubeletWriter(filepath.Join(f.t.TempDir(), "fencedlease"))
 		f.g.Expect(err).NotTo(HaveOccurred())
@@ -143,17 +154,20 @@ func (f *fixture) startHolder(bin binaries, pod *corev1.Pod, o holderOptions) *h
 	}
 	host, port, _ := strings.Cut(o.API, ":")
 	p := &holderProc{name: pod.Name, pod: pod, files: o.Files, childLog: filepath.Join(f.t.TempDir(), "child.log"),
-		out: &lineLog{}, exited: make(chan struct{})}
+		out: &harness.LineLog{}, exited: make(chan struct{})}
 	if o.Go {
 		p.cmd = exec.Command(bin.goholder)
 	} else {
 		p.cmd = exec.Command(bin.fence, "run", "--dir", o.Files.Dir(), "--renewal", o.Renewal, "--margin", o.Margin.String(),
-			"--grace-period", "1s", "--", bin.child)
+			"--grace-period", o.Grace.String(), "--", bin.child)
 	}
 	p.cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		return strings.HasPrefix(kv, "FENCE_") || strings.HasPrefix(kv, "KUBERNETES_SERVICE_")
 	}), "FENCE_SERVICEACCOUNT_DIR="+f.credentials(pod), "KUBERNETES_SERVICE_HOST="+host, "KUBERNETES_SERVICE_PORT="+port,
 		"CHILD_LOG="+p.childLog, "CHILD_BEAT=50ms", "LEASE="+o.Lease, "MARGIN="+o.Margin.String())
+	if o.ChildIgnoresTerm {
+		p.cmd.Env = append(p.cmd.Env, "CHILD_IGNORE_TERM=1")
+	}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	f.g.Expect(p.cmd.Start()).To(Succeed())
@@ -185,7 +199,7 @@ func (f *fixture) startHolder(bin binaries, pod *corev1.Pod, o holderOptions) *h
 
 // childEvent is one line of the child's log.
 type childEvent struct {
-	Kind  string // start, beat or stop
+	Kind  string // start, beat, term or stop
 	At    time.Time
 	Token int64
 	PID   int
@@ -209,7 +223,7 @@ func (p *holderProc) events() []childEvent {
 			continue
 		}
 		ns, _ := strconv.ParseInt(f[1], 10, 64)
-		token, _ := strconv.ParseInt(f[2], 10, 64)
+		token := record.FenceOf(f[2])
 		pid, _ := strconv.Atoi(f[3])
 		out = append(out, childEvent{Kind: f[0], At: time.Unix(0, ns), Token: token, PID: pid})
 	}
@@ -221,14 +235,30 @@ func (p *holderProc) starts() []childEvent {
 	return slices.DeleteFunc(p.events(), func(e childEvent) bool { return e.Kind != "start" })
 }
 
-// stopOf returns the stop event of the child with that pid.
+// stopOf returns the stop event of the child with that pid: the stop line
+// it wrote, or, when fence run killed it (a child resumed past its deadline
+// is killed at once, with no time to write one), an event of kind "killed"
+// at the time fence run's report of it reached this process: no earlier
+// than the child's end.
 func (p *holderProc) stopOf(pid int) (childEvent, bool) {
 	for _, e := range p.events() {
 		if e.Kind == "stop" && e.PID == pid {
 			return e, true
 		}
 	}
+	killed := "(pid " + strconv.Itoa(pid) + ") stopped (signal: killed)"
+	for _, l := range p.out.Lines() {
+		if strings.Contains(l.Text, killed) {
+			return childEvent{Kind: "killed", At: l.At, PID: pid}, true
+		}
+	}
 	return childEvent{}, false
+}
+
+// deadlineStop is how fence run says that it stops a child because the
+// grant with that fence was not renewed by its deadline.
+func deadlineStop(fence int64) string {
+	return fmt.Sprintf("the grant with fence %d was not renewed and ends by this pod's clock at its deadline", fence)
 }
 
 // lastOf returns the last event of the child with that pid.
@@ -264,7 +294,7 @@ func (p *holderProc) waitStart(ctx context.Context, n int, timeout time.Duration
 	}
 }
 
-// waitStop waits until the child with that pid logged its stop.
+// waitStop waits until the child with that pid stopped (stopOf).
 func (p *holderProc) waitStop(ctx context.Context, pid int, timeout time.Duration) (childEvent, error) {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -298,10 +328,12 @@ func (p *holderProc) freeze() error {
 	return nil
 }
 
-// thaw continues what freeze stopped, fence run first.
+// thaw continues what freeze stopped, fence run first. Continued past its
+// deadline, fence run may kill and reap its child before the child's group
+// is continued: a group that is gone is not an error.
 func (p *holderProc) thaw() error {
 	for _, pg := range p.frozen {
-		if err := syscall.Kill(-pg, syscall.SIGCONT); err != nil {
+		if err := syscall.Kill(-pg, syscall.SIGCONT); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return fmt.Errorf("continue process group %d: %w", pg, err)
 		}
 	}
@@ -310,13 +342,13 @@ func (p *holderProc) thaw() error {
 
 // lossLine finds the line in which fence run says why it stopped the
 // child of that pid: the deadline passed, or the Lease moved on.
-func (p *holderProc) lossLine(pid int) (timedLine, bool) {
+func (p *holderProc) lossLine(pid int) (harness.TimedLine, bool) {
 	for _, l := range p.out.Lines() {
 		if strings.Contains(l.Text, "; stopping ") && strings.Contains(l.Text, "(pid "+strconv.Itoa(pid)+")") {
 			return l, true
 		}
 	}
-	return timedLine{}, false
+	return harness.TimedLine{}, false
 }
 
 // waitEndReason waits for endReason: the process's output reaches this
@@ -331,8 +363,8 @@ func (p *holderProc) waitEndReason(ctx context.Context, fence int64, timeout tim
 }
 
 // waitLossLine waits for lossLine.
-func (p *holderProc) waitLossLine(ctx context.Context, pid int, timeout time.Duration) (timedLine, error) {
-	var line timedLine
+func (p *holderProc) waitLossLine(ctx context.Context, pid int, timeout time.Duration) (harness.TimedLine, error) {
+	var line harness.TimedLine
 	err := p.waitOutput(ctx, timeout, fmt.Sprintf("why it stopped child %d", pid), func() (ok bool) {
 		line, ok = p.lossLine(pid)
 		return ok
@@ -389,49 +421,6 @@ func (p *holderProc) deadlinePassedBy(fence int64) (time.Duration, bool) {
 	return ago, found
 }
 
-// lineLog collects a process's output line by line, each with the time it
-// reached this process.
-type lineLog struct {
-	mu      sync.Mutex
-	partial []byte
-	lines   []timedLine
-}
-
-type timedLine struct {
-	At   time.Time
-	Text string
-}
-
-func (l *lineLog) Write(p []byte) (int, error) {
-	now := time.Now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.partial = append(l.partial, p...)
-	for {
-		i := bytes.IndexByte(l.partial, '\n')
-		if i < 0 {
-			break
-		}
-		l.lines = append(l.lines, timedLine{At: now, Text: string(l.partial[:i])})
-		l.partial = l.partial[i+1:]
-	}
-	return len(p), nil
-}
-
-func (l *lineLog) Lines() []timedLine {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.lines)
-}
-
-func (l *lineLog) String() string {
-	var b strings.Builder
-	for _, t := range l.Lines() {
-		fmt.Fprintf(&b, "%s %s\n", t.At.Format("15:04:05.000000"), t.Text)
-	}
-	return b.String()
-}
-
 // leaseVersion is one version of the Lease, as a watch delivered it.
 type leaseVersion struct {
 	Seen        time.Time // when the watch delivered it to this process
@@ -484,7 +473,7 @@ func (f *fixture) recordLease(name string) *leaseRecorder {
 func (r *leaseRecorder) add(l *coordinationv1.Lease) {
 	v := leaseVersion{Seen: time.Now(), RV: l.ResourceVersion, Holder: types.UID(l.Annotations[fencingv1alpha1.LeaseAnnotationHolderUID]),
 		State: l.Annotations[fencingv1alpha1.LeaseAnnotationState]}
-	v.Fence, _ = strconv.ParseInt(l.Annotations[fencingv1alpha1.AnnotationFence], 10, 64)
+	v.Fence = record.FenceOf(l.Annotations[fencingv1alpha1.AnnotationFence])
 	if l.Spec.LeaseTransitions != nil {
 		v.Transitions = *l.Spec.LeaseTransitions
 	}

@@ -17,6 +17,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/pkg/fence"
+	"github.com/fencedlease/fencedlease/test/harness"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
@@ -33,6 +34,9 @@ const timeout = 30 * time.Second
 // config/policy (so holder renewal goes through the same rule as in a
 // cluster) and the workload ClusterRole of config/rbac.
 func TestMain(m *testing.M) {
+	if harness.Short() {
+		os.Exit(harness.RunNone(m, harness.ControlPlane))
+	}
 	testenv.MainWithSetup(m, &env, func(ctx context.Context, e *testenv.Env) error {
 		var err error
 		if operator, err = testenv.OperatorConfig(ctx, e); err != nil {

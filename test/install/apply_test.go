@@ -140,7 +140,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	secret.Data = map[string][]byte{"tls.crt": []byte("cert"), "tls.key": []byte("key"), "ca.crt": []byte("ca")}
 	g.Expect(admin.Update(ctx, secret)).To(Succeed())
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	g.Expect(admin.Get(ctx, client.ObjectKey{Name: "fl-helm-fencedlease-fencedlease-fencing"}, vwc)).To(Succeed())
+	g.Expect(admin.Get(ctx, client.ObjectKey{Name: "fl-helm-fencedlease-fencing"}, vwc)).To(Succeed())
 	for i := range vwc.Webhooks {
 		vwc.Webhooks[i].ClientConfig.CABundle = []byte("injected CA")
 	}

@@ -103,7 +103,7 @@ func TestOperatorWithCertManagerCertificate(t *testing.T) {
 		g.Expect(op.ready()).NotTo(Succeed())
 		return op.log.String()
 	}).WithTimeout(timeout).WithPolling(poll).Should(ContainSubstring(
-		`"reason":"ValidatingWebhookConfiguration fencedlease-fencedlease-fencing, webhook protected.fencedlease.io has no CA bundle yet"`))
+		`"reason":"ValidatingWebhookConfiguration fencedlease-fencing, webhook protected.fencedlease.io has no CA bundle yet"`))
 	for _, n := range args(c, "validating-webhook-configuration") {
 		inject(n, false)
 	}
@@ -136,12 +136,12 @@ func TestOperatorWithCertManagerCertificate(t *testing.T) {
 		{"update", "", "secrets", "fencedlease-webhook-cert", ns, false},
 		{"get", "", "secrets", "fencedlease-webhook-token", ns, true},
 		{"update", "", "secrets", "fencedlease-webhook-token", ns, false},
-		{"update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "fencedlease-fencedlease-fencing", "", true},
-		{"update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "fencedlease-fencedlease-pod-injector", "", true},
+		{"update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "fencedlease-fencing", "", true},
+		{"update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "fencedlease-pod-injector", "", true},
 		{"update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "another-webhook", "", false},
 		{"update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "another-webhook", "", false},
 		{"list", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "", false},
-		{"get", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "fencedlease-fencedlease-fencing", "", true},
+		{"get", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "fencedlease-fencing", "", true},
 	} {
 		res, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{

@@ -13,9 +13,11 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 )
 
@@ -142,6 +144,16 @@ func checkReferences(t *testing.T, objs []*unstructured.Unstructured, prefix, ns
 		case "ValidatingAdmissionPolicyBinding":
 			b := into[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, o)
 			find(t, objs, "ValidatingAdmissionPolicy", b.Spec.PolicyName)
+		case "FlowSchema":
+			// The operator's requests are classified by its service
+			// account, into a priority level that is installed.
+			fs := into[flowcontrolv1.FlowSchema](t, o)
+			find(t, objs, "PriorityLevelConfiguration", fs.Spec.PriorityLevelConfiguration.Name)
+			g.Expect(fs.Spec.Rules).NotTo(BeEmpty())
+			for _, r := range fs.Spec.Rules {
+				g.Expect(r.Subjects).To(Equal([]flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindServiceAccount,
+					ServiceAccount: &flowcontrolv1.ServiceAccountSubject{Name: sa.GetName(), Namespace: ns}}}), "FlowSchema %s", fs.Name)
+			}
 		case "ValidatingAdmissionPolicy":
 			// The policy knows the operator by the name it runs as.
 			for _, v := range into[admissionregistrationv1.ValidatingAdmissionPolicy](t, o).Spec.Variables {
@@ -242,6 +254,41 @@ func TestChartDefaults(t *testing.T) {
 
 	crd := find(t, objs, "CustomResourceDefinition", "fencedleases.fencing.fencedlease.io")
 	g.Expect(crd).NotTo(BeNil())
+
+	// API Priority and Fairness: every request of the operator, in a level
+	// of its own that lends nothing, matched after the built-in schemas
+	// (the last of them, kube-system-service-accounts, at 900) and before
+	// service-accounts (9000), which would put it into workload-low.
+	fs := into[flowcontrolv1.FlowSchema](t, find(t, objs, "FlowSchema", "fencedlease-operator"))
+	g.Expect(fs.Spec.MatchingPrecedence).To(BeNumerically("==", 1000))
+	g.Expect(fs.Spec.PriorityLevelConfiguration.Name).To(Equal("fencedlease-operator"))
+	g.Expect(fs.Spec.DistinguisherMethod).To(Equal(&flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType}))
+	g.Expect(fs.Spec.Rules).To(HaveLen(1))
+	g.Expect(fs.Spec.Rules[0].ResourceRules).To(Equal([]flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"},
+		Resources: []string{"*"}, Namespaces: []string{"*"}, ClusterScope: true}}))
+	g.Expect(fs.Spec.Rules[0].NonResourceRules).To(Equal([]flowcontrolv1.NonResourcePolicyRule{{Verbs: []string{"*"}, NonResourceURLs: []string{"*"}}}))
+	pl := into[flowcontrolv1.PriorityLevelConfiguration](t, find(t, objs, "PriorityLevelConfiguration", "fencedlease-operator"))
+	g.Expect(pl.Spec.Type).To(Equal(flowcontrolv1.PriorityLevelEnablementLimited))
+	g.Expect(pl.Spec.Limited).To(Equal(&flowcontrolv1.LimitedPriorityLevelConfiguration{
+		NominalConcurrencyShares: ptr.To[int32](10),
+		LendablePercent:          ptr.To[int32](0),
+		LimitResponse: flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeQueue,
+			Queuing: &flowcontrolv1.QueuingConfiguration{Queues: 16, HandSize: 4, QueueLengthLimit: 50}},
+	}))
+}
+
+// TestChartWithoutPriorityAndFairness: apiPriorityAndFairness.enabled=false
+// installs neither the FlowSchema nor the priority level, and nothing else
+// changes.
+func TestChartWithoutPriorityAndFairness(t *testing.T) {
+	g := NewWithT(t)
+	with := normalized(t, decode(t, renderChart(t, defaultRelease, defaultNamespace)))
+	without := normalized(t, decode(t, renderChart(t, defaultRelease, defaultNamespace, "--set", "apiPriorityAndFairness.enabled=false")))
+	g.Expect(with).To(HaveKey("FlowSchema//fencedlease-operator"))
+	g.Expect(with).To(HaveKey("PriorityLevelConfiguration//fencedlease-operator"))
+	delete(with, "FlowSchema//fencedlease-operator")
+	delete(with, "PriorityLevelConfiguration//fencedlease-operator")
+	g.Expect(without).To(Equal(with))
 }
 
 // TestChartInAnotherNamespace: names and namespaces follow the release.
@@ -342,6 +389,18 @@ func TestChartCustomValues(t *testing.T) {
 	binding := into[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, find(t, objs, "ValidatingAdmissionPolicyBinding", "fencedlease-fencedlease-pod-bound-tokens"))
 	g.Expect(binding.Spec.PolicyName).To(Equal("fencedlease-fencedlease-pod-bound-tokens"))
 	g.Expect(binding.Spec.ValidationActions).To(Equal([]admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}))
+
+	// The priority level and the FlowSchema as tuned.
+	fs := into[flowcontrolv1.FlowSchema](t, find(t, objs, "FlowSchema", "fencedlease-operator"))
+	g.Expect(fs.Spec.MatchingPrecedence).To(BeNumerically("==", 2000))
+	pl := into[flowcontrolv1.PriorityLevelConfiguration](t, find(t, objs, "PriorityLevelConfiguration", "fencedlease-operator"))
+	g.Expect(pl.Spec.Limited).To(Equal(&flowcontrolv1.LimitedPriorityLevelConfiguration{
+		NominalConcurrencyShares: ptr.To[int32](30),
+		LendablePercent:          ptr.To[int32](25),
+		BorrowingLimitPercent:    ptr.To[int32](100),
+		LimitResponse: flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeQueue,
+			Queuing: &flowcontrolv1.QueuingConfiguration{Queues: 32, HandSize: 6, QueueLengthLimit: 100}},
+	}))
 }
 
 // TestChartHelmTestHook: the test hook runs in tests.namespace, as a
@@ -383,6 +442,13 @@ func TestValuesSchemaRejectsBadValues(t *testing.T) {
 		{"metrics.serviceMonitor.interval=often", head + "- at '/metrics/serviceMonitor/interval': 'often' does not match pattern '^[0-9]+(ms|s|m|h)$'"},
 		{"statusRenewalInterval=often", head + "- at '/statusRenewalInterval': 'often' does not match pattern '^[0-9]+(ms|s|m|h)$'"},
 		{"replicas=2", head + "- at '': additional properties 'replicas' not allowed"},
+		{"webhooks.protectedResources[0].apiGroup=apps,webhooks.protectedResources[0].resources[0]=deployments/exec",
+			head + "- at '/webhooks/protectedResources/0/resources/0': 'deployments/exec' does not match pattern '^[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/(status|scale))?$'"},
+		{"apiPriorityAndFairness.matchingPrecedence=9000", head + "- at '/apiPriorityAndFairness/matchingPrecedence': maximum: got 9,000, want 8,999"},
+		{"apiPriorityAndFairness.matchingPrecedence=900", head + "- at '/apiPriorityAndFairness/matchingPrecedence': minimum: got 900, want 901"},
+		{"apiPriorityAndFairness.nominalConcurrencyShares=0", head + "- at '/apiPriorityAndFairness/nominalConcurrencyShares': minimum: got 0, want 1"},
+		{"apiPriorityAndFairness.lendablePercent=101", head + "- at '/apiPriorityAndFairness/lendablePercent': maximum: got 101, want 100"},
+		{"apiPriorityAndFairness.queuing.handSize=0", head + "- at '/apiPriorityAndFairness/queuing/handSize': minimum: got 0, want 1"},
 		{"podDisruptionBudget.minAvailable=2", "Error: execution error at (fencedlease/templates/pdb.yaml:4:4): podDisruptionBudget.minAvailable (2) must be less than replicaCount (2): otherwise no replica could ever be evicted, and node drains would block"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/fencedlease/fencedlease/internal/setup"
+	"github.com/fencedlease/fencedlease/test/harness"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
@@ -31,6 +32,9 @@ var (
 const imageVersion = "v0.0.0-install-test"
 
 func TestMain(m *testing.M) {
+	if harness.Short() {
+		os.Exit(harness.RunNone(m, "helm and kubectl (the chart and config/default rendered), or "+harness.ControlPlane))
+	}
 	os.Exit(testMain(m))
 }
 

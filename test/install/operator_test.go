@@ -1,7 +1,6 @@
 package install_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -38,6 +37,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/setup"
+	"github.com/fencedlease/fencedlease/test/harness"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
@@ -45,7 +45,7 @@ import (
 // with the chart's ServiceAccount and the chart's Deployment flags.
 type operator struct {
 	cmd       *exec.Cmd
-	log       *syncBuffer
+	log       *harness.SyncBuffer
 	exited    chan struct{}
 	probeAddr string
 	// metricsAddr is the metrics endpoint (HTTPS, scrapes authorized by the
@@ -59,31 +59,13 @@ type operator struct {
 	user string
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := harness.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // startOperator installs nothing: it runs the manager of the image with the
@@ -123,7 +105,7 @@ func startOperator(t *testing.T, dep *appsv1.Deployment, webhookPort int) *opera
 	g.Expect(clientcmd.WriteToFile(*kc, kubeconfig)).To(Succeed())
 
 	o := &operator{
-		log:         &syncBuffer{},
+		log:         &harness.SyncBuffer{},
 		exited:      make(chan struct{}),
 		probeAddr:   fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 		metricsAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
@@ -330,6 +312,9 @@ func TestOperatorInstalledByTheChart(t *testing.T) {
 	})
 	t.Run("serves its metrics to the chart's metrics-reader only", func(t *testing.T) {
 		scrapeMetrics(t, op, wns)
+	})
+	t.Run("the API server gives its requests the chart's priority level", func(t *testing.T) {
+		flowControlled(t, op)
 	})
 	t.Run("a server certificate rotation keeps admission working", func(t *testing.T) {
 		g := NewWithT(t)
@@ -655,12 +640,12 @@ func leastPrivilege(t *testing.T, op *operator, wns string) {
 		{ns, "delete", "", "secrets", "fencedlease-webhook-token", false},
 		// Only its own webhook configurations, and only their update (the CA
 		// bundle, the path token).
-		{"", "update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "fencedlease-fencedlease-fencing", true},
-		{"", "update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "fencedlease-fencedlease-pod-injector", true},
+		{"", "update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "fencedlease-fencing", true},
+		{"", "update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "fencedlease-pod-injector", true},
 		{"", "update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "another-webhook", false},
 		{"", "update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "another-webhook", false},
-		{"", "delete", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "fencedlease-fencedlease-fencing", false},
-		{"", "delete", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "fencedlease-fencedlease-pod-injector", false},
+		{"", "delete", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "fencedlease-fencing", false},
+		{"", "delete", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "fencedlease-pod-injector", false},
 		{"", "create", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", false},
 		// No way to act as a workload's pod, or to widen its own rights.
 		{wns, "create", "", "serviceaccounts/token", "default", false},
@@ -733,10 +718,10 @@ func scrapeMetrics(t *testing.T, op *operator, wns string) {
 		code, fams, err := testenv.Scrape(ctx, op.metricsAddr, reader)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(code).To(Equal(http.StatusOK))
-		grants, ok := testenv.Sample(fams, "fencedlease_grants_total", map[string]string{"namespace": wns, "name": "exporter"})
+		grants, ok := harness.Sample(fams, "fencedlease_grants_total", map[string]string{"namespace": wns, "name": "exporter"})
 		g.Expect(ok).To(BeTrue(), "the lease of lockAndFence has its series")
 		g.Expect(grants).To(BeNumerically(">=", 2), "lockAndFence hands the lease over once")
-		expiry, ok := testenv.Sample(fams, "fencedlease_certificate_expiry_timestamp_seconds", map[string]string{"certificate": "webhook"})
+		expiry, ok := harness.Sample(fams, "fencedlease_certificate_expiry_timestamp_seconds", map[string]string{"certificate": "webhook"})
 		g.Expect(ok).To(BeTrue())
 		g.Expect(int64(expiry)).To(Equal(leaf.NotAfter.Unix()), "the expiry of the certificate the webhook server serves")
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/fencedlease/fencedlease/test/harness"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
@@ -34,7 +35,7 @@ func repoPath(elem ...string) string {
 func helmBinary() (string, error) {
 	h := os.Getenv("FENCEDLEASE_HELM")
 	if h == "" {
-		h = repoPath("bin", "tools", "helm-v3.22.0")
+		h = harness.Tool("helm")
 	}
 	if _, err := os.Stat(h); err != nil {
 		return "", fmt.Errorf("no helm at %s: run 'make helm' (or 'make test') first", h)
@@ -121,10 +122,7 @@ func renderKustomize(t testing.TB) string {
 }
 
 func kubebuilderAssets(t testing.TB) string {
-	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	if dir == "" {
-		dir = repoPath("bin", "k8s", "1.37.2")
-	}
+	dir := harness.ControlPlaneDir()
 	if _, err := os.Stat(filepath.Join(dir, "kubectl")); err != nil {
 		t.Fatalf("no kubectl in %s: run 'make control-plane' first", dir)
 	}

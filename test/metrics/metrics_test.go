@@ -31,6 +31,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/setup"
+	"github.com/fencedlease/fencedlease/test/harness"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
@@ -40,6 +41,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if harness.Short() {
+		os.Exit(harness.RunNone(m, harness.ControlPlane))
+	}
 	testenv.MainWithSetup(m, &env, func(ctx context.Context, e *testenv.Env) error {
 		var err error
 		operatorConfig, err = testenv.OperatorConfig(ctx, e)
@@ -107,9 +111,9 @@ func TestMetricsAfterLockServiceAndWebhook(t *testing.T) {
 	// The metrics server may still be starting: the first scrape waits for it.
 	var before map[string]*dto.MetricFamily
 	g.Eventually(func(g Gomega) { before = scrape(g) }).WithTimeout(timeout).WithPolling(100 * time.Millisecond).Should(Succeed())
-	holdsBefore, _ := testenv.Sample(before, "fencedlease_hold_duration_seconds", safe)
-	waitsBefore, _ := testenv.Sample(before, "fencedlease_acquisition_wait_seconds", safe)
-	waitSumBefore := histogramSum(before, "fencedlease_acquisition_wait_seconds", safe)
+	holdsBefore, _ := harness.Sample(before, "fencedlease_hold_duration_seconds", safe)
+	waitsBefore, _ := harness.Sample(before, "fencedlease_acquisition_wait_seconds", safe)
+	waitSumBefore := harness.HistogramSum(before, "fencedlease_acquisition_wait_seconds", safe)
 
 	// Two candidates; a grants, and the operator renews (lease of 3s, renewed every second).
 	a := readyPod(t, ctx, ns, "a", time.Hour)
@@ -122,7 +126,7 @@ func TestMetricsAfterLockServiceAndWebhook(t *testing.T) {
 	holder, fence := waitHolder(t, ctx, ns, "db", 0)
 	g.Expect(holder).To(Equal("a"))
 	g.Eventually(func(g Gomega) {
-		v, _ := testenv.Sample(scrape(g), "fencedlease_renewals_total", with("mode", "Operator"))
+		v, _ := harness.Sample(scrape(g), "fencedlease_renewals_total", with("mode", "Operator"))
 		g.Expect(v).To(BeNumerically(">=", 2))
 	}).WithTimeout(timeout).WithPolling(200 * time.Millisecond).Should(Succeed())
 
@@ -158,7 +162,7 @@ func TestMetricsAfterLockServiceAndWebhook(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		fams := scrape(g)
 		value := func(name string, labels map[string]string) float64 {
-			v, ok := testenv.Sample(fams, name, labels)
+			v, ok := harness.Sample(fams, name, labels)
 			g.Expect(ok).To(BeTrue(), "no series %s%v", name, labels)
 			return v
 		}
@@ -168,7 +172,7 @@ func TestMetricsAfterLockServiceAndWebhook(t *testing.T) {
 		g.Expect(value("fencedlease_handoffs_total", lease)).To(Equal(2.0), "no other handoff")
 		g.Expect(value("fencedlease_hold_duration_seconds", safe)-holdsBefore).To(Equal(2.0), "two grants ended")
 		g.Expect(value("fencedlease_acquisition_wait_seconds", safe)-waitsBefore).To(Equal(3.0), "three grants waited")
-		g.Expect(histogramSum(fams, "fencedlease_acquisition_wait_seconds", safe)-waitSumBefore).To(BeNumerically(">=", 2*2.0),
+		g.Expect(harness.HistogramSum(fams, "fencedlease_acquisition_wait_seconds", safe)-waitSumBefore).To(BeNumerically(">=", 2*2.0),
 			"both takeovers under Safe waited for the old grant to expire (3s each, from a renewal at most 1s old)")
 		g.Expect(value("fencedlease_expired_while_running_total", lease)).To(BeZero())
 		g.Expect(value("fencedlease_fence_regressions_total", lease)).To(BeZero())
@@ -196,7 +200,7 @@ func TestMetricsAfterLockServiceAndWebhook(t *testing.T) {
 		fams := scrape(g)
 		for _, name := range []string{"fencedlease_grants_total", "fencedlease_handoffs_total", "fencedlease_fence", "fencedlease_holder",
 			"fencedlease_renewals_total", "fencedlease_candidates_eligible", "fencedlease_last_renewal_timestamp_seconds"} {
-			_, ok := testenv.Sample(fams, name, lease)
+			_, ok := harness.Sample(fams, name, lease)
 			g.Expect(ok).To(BeFalse(), "%s of the deleted FencedLease is still served", name)
 		}
 	}).WithTimeout(timeout).WithPolling(200 * time.Millisecond).Should(Succeed())
@@ -300,22 +304,6 @@ func writerBinding(ns string) *rbacv1.RoleBinding {
 	return &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "writer"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "writer"},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "default"}}}
-}
-
-func histogramSum(fams map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
-	var sum float64
-	for _, m := range fams[name].GetMetric() {
-		ok := true
-		for _, l := range m.GetLabel() {
-			if v, want := labels[l.GetName()]; want && v != l.GetValue() {
-				ok = false
-			}
-		}
-		if ok {
-			sum += m.GetHistogram().GetSampleSum()
-		}
-	}
-	return sum
 }
 
 // writeNames writes the names of the fencedlease_ series the operator

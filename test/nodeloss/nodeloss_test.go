@@ -2,6 +2,7 @@ package nodeloss_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,12 +14,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/test/harness"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) { testenv.Main(m, &env) }
+func TestMain(m *testing.M) {
+	if harness.Short() {
+		os.Exit(harness.RunNone(m, harness.ControlPlane))
+	}
+	testenv.Main(m, &env)
+}
 
 // TestLostNodeFailsOver: the holder's kubelet stops heartbeating. The node
 // lifecycle controller of kube-controller-manager marks the node lost after

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,13 +14,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/fencedlease/fencedlease/test/harness"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
@@ -53,8 +52,7 @@ func buildOperator(t *testing.T) (bin, kubeconfig string) {
 // endpoint on a free loopback port.
 type operator struct {
 	cmd     *exec.Cmd
-	out     *strings.Builder
-	mu      sync.Mutex
+	out     *harness.SyncBuffer
 	done    chan struct{}
 	metrics string
 	started time.Time
@@ -66,19 +64,17 @@ type operator struct {
 var started atomic.Int64
 
 func startOperator(t *testing.T, ctx context.Context, bin, kubeconfig string, extra ...string) *operator {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := harness.FreeAddress()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	op := &operator{out: &strings.Builder{}, done: make(chan struct{}), metrics: "http://" + addr + "/metrics", seq: int(started.Add(1) - 1)}
+	op := &operator{out: &harness.SyncBuffer{}, done: make(chan struct{}), metrics: "http://" + addr + "/metrics", seq: int(started.Add(1) - 1)}
 	args := append([]string{"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--enable-webhooks=false",
 		"--metrics-bind-address=" + addr, "--metrics-secure=false", "--health-probe-bind-address=0", "--namespace=default", "--zap-log-level=info"}, extra...)
 	// SCALE_OPERATOR_FLAGS adds flags, e.g. --concurrent-reconciles=32.
 	args = append(args, strings.Fields(os.Getenv("SCALE_OPERATOR_FLAGS"))...)
 	op.cmd = exec.CommandContext(ctx, bin, args...)
-	op.cmd.Stdout, op.cmd.Stderr = op, op
+	op.cmd.Stdout, op.cmd.Stderr = op.out, op.out
 	op.started = time.Now()
 	if err := op.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -107,17 +103,7 @@ func (o *operator) stop() {
 	<-o.done
 }
 
-func (o *operator) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.out.Write(p)
-}
-
-func (o *operator) output() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.out.String()
-}
+func (o *operator) output() string { return o.out.String() }
 
 func (o *operator) running() bool {
 	select {

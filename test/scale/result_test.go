@@ -47,12 +47,16 @@ type window struct {
 	MaxRSSMiB       float64      `json:"max_rss_mib"`
 	HeapInuseMiB    float64      `json:"heap_inuse_mib"`
 	Queue           queueLatency `json:"queue"`
+	// Heartbeats are the renewals of the operator's heartbeat, each a
+	// renewal of every grant it vouches for (one Lease write each).
+	Heartbeats float64 `json:"heartbeats"`
 	// ControlPlane is what the kube-apiserver and etcd used meanwhile.
 	ControlPlane controlPlaneUsage `json:"control_plane"`
 }
 
 // restart is an operator restart: until the new process renewed every
-// Lease, then a window of steady state.
+// Lease (with its heartbeat: renewed the heartbeat, which renews them all),
+// then a window of steady state.
 type restart struct {
 	Cache      string  `json:"cache"`
 	AllRenewed float64 `json:"all_renewed_s"`

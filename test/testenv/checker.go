@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strconv"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/record"
 	"github.com/fencedlease/fencedlease/internal/setup"
 )
 
@@ -52,12 +52,26 @@ type statusRecord struct {
 	ended       map[int64]bool
 }
 
-// WatchHolders starts a checker on the namespace until ctx ends.
+// WatchHolders starts a checker on the namespace until ctx ends, fed by the
+// API server's watches.
 func WatchHolders(ctx context.Context, cfg *rest.Config, ns string) (*HolderChecker, error) {
 	c, err := client.NewWithWatch(cfg, client.Options{Scheme: setup.Scheme()})
 	if err != nil {
 		return nil, err
 	}
+	return WatchHoldersWith(ctx, ns, func(ctx context.Context, ns string, list client.ObjectList, gap func(), handle func(watch.EventType, runtime.Object)) error {
+		return Follow(ctx, c, ns, list, gap, handle)
+	})
+}
+
+// FollowFunc hands every object of a kind in a namespace to handle, then
+// every change, in order, as Follow does; gap says that changes were missed.
+type FollowFunc func(ctx context.Context, ns string, list client.ObjectList, gap func(), handle func(watch.EventType, runtime.Object)) error
+
+// WatchHoldersWith starts a checker on the namespace until ctx ends, fed by
+// follow: an HA control plane's history is read from etcd itself
+// (test/cluster FollowStorage), which no API server restart interrupts.
+func WatchHoldersWith(ctx context.Context, ns string, follow FollowFunc) (*HolderChecker, error) {
 	hc := &HolderChecker{pods: map[types.UID]publication{}, max: map[string]int64{}, lost: map[string]map[int64]bool{},
 		status: map[types.UID]*statusRecord{}}
 	gap := func(kind string) func() {
@@ -65,12 +79,12 @@ func WatchHolders(ctx context.Context, cfg *rest.Config, ns string) (*HolderChec
 			hc.locked(func() { hc.fail("the watch of %s in %s could not resume: the history is incomplete", kind, ns) })
 		}
 	}
-	if err := Follow(ctx, c, ns, &corev1.PodList{}, gap("pods"), func(t watch.EventType, o runtime.Object) {
+	if err := follow(ctx, ns, &corev1.PodList{}, gap("pods"), func(t watch.EventType, o runtime.Object) {
 		hc.observePod(t, o.(*corev1.Pod))
 	}); err != nil {
 		return nil, err
 	}
-	if err := Follow(ctx, c, ns, &fencingv1alpha1.FencedLeaseList{}, gap("FencedLeases"), func(t watch.EventType, o runtime.Object) {
+	if err := follow(ctx, ns, &fencingv1alpha1.FencedLeaseList{}, gap("FencedLeases"), func(t watch.EventType, o runtime.Object) {
 		if t != watch.Deleted {
 			hc.observeStatus(o.(*fencingv1alpha1.FencedLease))
 		}
@@ -103,7 +117,7 @@ func (hc *HolderChecker) observePod(t watch.EventType, pod *corev1.Pod) {
 		hc.pods[pod.UID] = cur
 	}
 	if prev.holds() && (prev.lease != cur.lease || prev.fence != cur.fence || !cur.holds()) {
-		if n, err := strconv.ParseInt(prev.fence, 10, 64); err == nil {
+		if n, err := record.ParseFence(prev.fence); err == nil {
 			if hc.lost[prev.lease] == nil {
 				hc.lost[prev.lease] = map[int64]bool{}
 			}
@@ -113,7 +127,7 @@ func (hc *HolderChecker) observePod(t watch.EventType, pod *corev1.Pod) {
 	if !cur.holds() || (prev.holds() && prev.lease == cur.lease && prev.fence == cur.fence) {
 		return
 	}
-	n, err := strconv.ParseInt(cur.fence, 10, 64)
+	n, err := record.ParseFence(cur.fence)
 	switch {
 	case err != nil:
 		hc.fail("pod %s got malformed fence %q", pod.Name, cur.fence)

@@ -17,6 +17,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/setup"
+	"github.com/fencedlease/fencedlease/test/harness"
 )
 
 var env *Env
@@ -47,6 +48,7 @@ func (s *shortWatches) Watch(ctx context.Context, list client.ObjectList, opts .
 // TestFollowResumesClosedWatches: every change is seen once, in order,
 // although the API server closes the watch every second.
 func TestFollowResumesClosedWatches(t *testing.T) {
+	harness.Needs(t, harness.ControlPlane)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ns, err := Namespace(ctx, env.Client, "follow")
@@ -103,6 +105,7 @@ func TestFollowResumesClosedWatches(t *testing.T) {
 // TestHolderCheckerSeesViolations: the checker reports two holders at once
 // and a fence that goes back, which a checker that watches nothing would miss.
 func TestHolderCheckerSeesViolations(t *testing.T) {
+	harness.Needs(t, harness.ControlPlane)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ns, err := Namespace(ctx, env.Client, "checker")

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -59,11 +60,12 @@ func OperatorConfig(ctx context.Context, e *Env) (*rest.Config, error) {
 		var binding client.Object
 		switch r := r.(type) {
 		case *rbacv1.ClusterRole:
-			r.Name = "fencedlease-" + r.Name
+			r.Name = InstallPrefix + r.Name
+			r.Rules = installedWebhookNames(r.Rules)
 			binding = &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: r.Name}, Subjects: subject,
 				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: r.Name}}
 		case *rbacv1.Role:
-			r.Name, r.Namespace = "fencedlease-"+r.Name, OperatorNamespace
+			r.Name, r.Namespace = InstallPrefix+r.Name, OperatorNamespace
 			binding = &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: OperatorNamespace, Name: r.Name}, Subjects: subject,
 				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: r.Name}}
 		}
@@ -75,6 +77,22 @@ func OperatorConfig(ctx context.Context, e *Env) (*rest.Config, error) {
 		}
 	}
 	return ServiceAccountConfig(ctx, e.Config, sa)
+}
+
+// installedWebhookNames renames the webhook configurations that rules name
+// by resourceNames (config/webhook's names) as both installs do: with
+// InstallPrefix, the name WithWebhooks installs them under.
+func installedWebhookNames(rules []rbacv1.PolicyRule) []rbacv1.PolicyRule {
+	for i, r := range rules {
+		if !slices.Contains(r.APIGroups, admissionregistrationv1.GroupName) ||
+			!slices.ContainsFunc(r.Resources, func(res string) bool { return strings.HasSuffix(res, "webhookconfigurations") }) {
+			continue
+		}
+		for j, n := range r.ResourceNames {
+			rules[i].ResourceNames[j] = InstallPrefix + n
+		}
+	}
+	return rules
 }
 
 // ServiceAccountConfig returns a config that authenticates with a token of

@@ -1,13 +1,11 @@
 package testenv
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -17,6 +15,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/fencedlease/fencedlease/test/harness"
 )
 
 // ControllerManager is a kube-controller-manager process running against the
@@ -24,7 +24,7 @@ import (
 // 'hack/tools.sh cluster').
 type ControllerManager struct {
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *harness.SyncBuffer
 	exited chan error
 }
 
@@ -49,7 +49,7 @@ func (e *Env) StartControllerManager(dir string, args ...string) (*ControllerMan
 		return nil, err
 	}
 	base := []string{"--kubeconfig=" + path, "--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false"}
-	cm := &ControllerManager{cmd: exec.Command(bin, append(base, args...)...), out: &syncBuffer{}, exited: make(chan error, 1)}
+	cm := &ControllerManager{cmd: exec.Command(bin, append(base, args...)...), out: &harness.SyncBuffer{}, exited: make(chan error, 1)}
 	cm.cmd.Stdout, cm.cmd.Stderr = cm.out, cm.out
 	if err := cm.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start kube-controller-manager: %w", err)
@@ -78,29 +78,7 @@ func (cm *ControllerManager) Exited() bool {
 	}
 }
 
-func binDir() string {
-	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
-		return dir
-	}
-	return filepath.Join(RepoRoot(), "bin", "k8s", "1.37.2")
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+func binDir() string { return harness.ControlPlaneDir() }
 
 // Kubelet plays the heartbeats of a node's kubelet: it renews the node's Lease
 // in kube-node-lease and reports the node Ready, every interval, until ctx

@@ -11,6 +11,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/fencedlease/fencedlease/test/harness"
 )
 
 // SetLogger routes the operator's logs of a test binary: discarded, or to
@@ -25,7 +27,9 @@ func SetLogger() {
 
 // Main is the TestMain of an integration test package: it sets the logger,
 // starts the control plane into *env, runs the tests, stops the control plane
-// and exits.
+// and exits. Under go test -short it starts nothing and leaves *env nil: the
+// package's unit tests run, and every test that needs the control plane
+// skips (harness.Needs, which the suites' fixtures call).
 func Main(m *testing.M, env **Env, opts ...func(*envtest.Environment)) {
 	MainWithSetup(m, env, nil, opts...)
 }
@@ -34,6 +38,9 @@ func Main(m *testing.M, env **Env, opts ...func(*envtest.Environment)) {
 // before the tests, such as installing admission policies (InstallPolicies).
 func MainWithSetup(m *testing.M, env **Env, setup func(context.Context, *Env) error, opts ...func(*envtest.Environment)) {
 	SetLogger()
+	if harness.Short() {
+		os.Exit(m.Run())
+	}
 	e, err := Start(opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

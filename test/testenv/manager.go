@@ -13,11 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/fencedlease/fencedlease/internal/setup"
@@ -57,60 +55,41 @@ type ManagerOptions struct {
 	ReportProtection bool
 }
 
-// StartManager starts the operator, as cmd/manager wires it but without leader
-// election or probes (and without metrics unless MetricsAddress is set), and
-// waits until its caches have synced.
+// StartManager starts the operator, as cmd/manager wires it
+// (setup.NewManager) but without leader election or probes (and without
+// metrics unless MetricsAddress is set), and waits until its caches have
+// synced.
 func StartManager(ctx context.Context, cfg *rest.Config, o ManagerOptions) (*Manager, error) {
-	cacheOpts := setup.CacheOptions()
-	if o.Namespace != "" {
-		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.Namespace: {}}
-	}
-	skip := true
-	opts := ctrl.Options{
-		Scheme:                 setup.Scheme(),
-		Cache:                  cacheOpts,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: &skip},
-	}
-	if o.MetricsAddress != "" {
-		opts.Metrics = setup.MetricsServer(setup.MetricsOptions{BindAddress: o.MetricsAddress})
-		if o.Webhooks != nil {
-			if err := setup.RegisterCertificateMetrics(o.Webhooks.LocalServingCertDir); err != nil {
-				return nil, err
+	c := setup.ManagerConfig{
+		Controller:       o.Options,
+		NoController:     o.NoController,
+		ReportProtection: o.ReportProtection || o.Webhooks != nil,
+		Namespace:        o.Namespace,
+		Metrics:          setup.MetricsOptions{BindAddress: o.MetricsAddress},
+		Webhooks:         o.Webhooks != nil,
+		WebhookOptions:   o.WebhookOptions,
+		Configure: func(opts *ctrl.Options) {
+			// Several managers run in one test process.
+			skip := true
+			opts.Controller = config.Controller{SkipNameValidation: &skip}
+			if o.Configure != nil {
+				o.Configure(opts)
 			}
-		}
+		},
 	}
 	if w := o.Webhooks; w != nil {
-		opts.WebhookServer = webhook.NewServer(webhook.Options{Host: w.LocalServingHost, Port: w.LocalServingPort, CertDir: w.LocalServingCertDir})
-	}
-	if o.Configure != nil {
-		o.Configure(&opts)
-	}
-	mgr, err := ctrl.NewManager(cfg, opts)
-	if err != nil {
-		return nil, fmt.Errorf("create manager: %w", err)
-	}
-	if o.Webhooks != nil {
+		c.WebhookServer = webhook.NewServer(webhook.Options{Host: w.LocalServingHost, Port: w.LocalServingPort, CertDir: w.LocalServingCertDir})
+		if o.MetricsAddress != "" {
+			c.CertDir = w.LocalServingCertDir
+		}
 		// The webhooks' path token lives in the operator's namespace.
-		if err := ensureNamespace(ctx, mgr.GetAPIReader(), mgr.GetClient(), tokenNamespace(o.WebhookOptions)); err != nil {
+		if err := ensureNamespace(ctx, cfg, tokenNamespace(o.WebhookOptions)); err != nil {
 			return nil, err
 		}
 	}
-	if (o.Webhooks != nil || o.ReportProtection) && !o.NoController && o.Protection == nil {
-		if o.Protection, err = setup.Protection(mgr, o.WebhookOptions); err != nil {
-			return nil, err
-		}
-	}
-	if !o.NoController {
-		if err := setup.Add(mgr, o.Options); err != nil {
-			return nil, err
-		}
-	}
-	if o.Webhooks != nil {
-		if err := setup.AddWebhooks(ctx, mgr, o.WebhookOptions); err != nil {
-			return nil, err
-		}
+	mgr, err := setup.NewManager(ctx, cfg, c)
+	if err != nil {
+		return nil, err
 	}
 	if o.Register != nil {
 		if err := o.Register(mgr); err != nil {
@@ -142,15 +121,20 @@ func tokenNamespace(o setup.WebhookOptions) string {
 	return setup.DefaultNamespace
 }
 
-// ensureNamespace creates the namespace if it does not exist (as an
-// administrator's manager can; the operator's own identity may only read it).
-func ensureNamespace(ctx context.Context, r client.Reader, w client.Writer, name string) error {
+// ensureNamespace creates the namespace if it does not exist, as the
+// identity of cfg (an administrator can; the operator's own identity may
+// only read it, and then the namespace must exist already).
+func ensureNamespace(ctx context.Context, cfg *rest.Config, name string) error {
+	c, err := client.New(cfg, client.Options{Scheme: setup.Scheme()})
+	if err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	err := r.Get(ctx, client.ObjectKeyFromObject(ns), ns)
+	err = c.Get(ctx, client.ObjectKeyFromObject(ns), ns)
 	if !apierrors.IsNotFound(err) {
 		return err
 	}
-	if err := w.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create namespace %s: %w", name, err)
 	}
 	return nil

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,17 +18,12 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/fencedlease/fencedlease/test/harness"
 )
 
-// FreeAddress returns a local address with a free port.
-func FreeAddress() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// FreeAddress is harness.FreeAddress: 127.0.0.1 with a free port.
+func FreeAddress() (string, error) { return harness.FreeAddress() }
 
 // MetricsReaderToken creates a service account in namespace, binds it to the
 // metrics-reader ClusterRole as config/rbac/metrics_reader_role.yaml defines
@@ -116,36 +110,8 @@ func ScrapeText(ctx context.Context, addr, token string) (int, []byte, error) {
 	return resp.StatusCode, body, nil
 }
 
-// Sample is the value of one series of a scrape: the counter, gauge or
-// histogram count whose labels include every given label; the sum of them
-// when several match, and false when none does.
+// Sample is harness.Sample: the value of the series of a scrape whose
+// labels include every given label, summed, and false when none matches.
 func Sample(families map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
-	mf := families[name]
-	if mf == nil {
-		return 0, false
-	}
-	var sum float64
-	found := false
-series:
-	for _, m := range mf.GetMetric() {
-		have := map[string]string{}
-		for _, l := range m.GetLabel() {
-			have[l.GetName()] = l.GetValue()
-		}
-		for k, v := range labels {
-			if have[k] != v {
-				continue series
-			}
-		}
-		found = true
-		switch {
-		case m.Counter != nil:
-			sum += m.GetCounter().GetValue()
-		case m.Gauge != nil:
-			sum += m.GetGauge().GetValue()
-		case m.Histogram != nil:
-			sum += float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return sum, found
+	return harness.Sample(families, name, labels)
 }

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/fencedlease/fencedlease/internal/webhook/policy"
+	"github.com/fencedlease/fencedlease/internal/policy"
 )
 
 // PolicyFiles are the admission policies installed by default: the files of

@@ -5,6 +5,8 @@
 //	start <ns> <token> <pid>   first thing in main
 //	beat  <ns> <token> <pid>   every $CHILD_BEAT (default 20ms; the tests use 50ms): its "work"
 //	stop  <ns> <token> <pid>   on SIGTERM or SIGINT, then it exits
+//	term  <ns> <token> <pid>   on SIGTERM or SIGINT with $CHILD_IGNORE_TERM set: it goes on
+//	                           working until it is killed
 //
 // A single goroutine writes every line, each with one append write, so no
 // beat ever follows the stop line: the stop line is the end of its work.
@@ -45,6 +47,10 @@ func main() {
 		case <-t.C:
 			write("beat")
 		case <-sig:
+			if os.Getenv("CHILD_IGNORE_TERM") != "" {
+				write("term")
+				continue
+			}
 			write("stop")
 			os.Exit(0)
 		}

@@ -1,0 +1,52 @@
+package cluster
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	. "github.com/onsi/gomega"
+)
+
+// TestDownStopsProgramsPausedOrLinked: a program started beside the
+// cluster (as a pod process is) through a symbolic link to its binary,
+// then paused with SIGSTOP, is tracked as running, listed, and stopped by
+// Down: continued, it handles its SIGTERM (rather than being killed after
+// the grace period); no process and no pid file is left. The cluster's own
+// components, not running, are left alone.
+func TestDownStopsProgramsPausedOrLinked(t *testing.T) {
+	g := NewWithT(t)
+	sh, err := exec.LookPath("sh")
+	g.Expect(err).NotTo(HaveOccurred())
+	sleep, err := exec.LookPath("sleep")
+	g.Expect(err).NotTo(HaveOccurred())
+	dir := t.TempDir()
+	link := filepath.Join(dir, "linked-sh")
+	g.Expect(os.Symlink(sh, link)).To(Succeed())
+	c, err := New(Config{Dir: dir})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	termed := filepath.Join(dir, "handled-sigterm")
+	ready := filepath.Join(dir, "trap-set")
+	script := "trap 'touch " + termed + "; exit 0' TERM; touch " + ready + "; while :; do sleep 0.1; done"
+	g.Expect(c.start(process{name: "pod-a", bin: link, args: []string{"-c", script}})).To(Succeed())
+	g.Expect(c.start(process{name: "operator-x", bin: sleep, args: []string{"60"}})).To(Succeed())
+	pid, ok := c.pid("pod-a")
+	g.Expect(ok).To(BeTrue(), "a program started through a link runs")
+	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	g.Eventually(func() string { return ready }).Should(BeAnExistingFile())
+	g.Expect(syscall.Kill(-pid, syscall.SIGSTOP)).To(Succeed())
+	g.Expect(c.Processes()).To(HaveKey("pod-a"))
+	g.Expect(c.Processes()).To(HaveKey("operator-x"))
+	g.Expect(c.programs()).To(ConsistOf("pod-a", "operator-x"))
+
+	g.Expect(c.Down()).To(Succeed())
+	g.Expect(gone(pid)).To(BeTrue(), "the paused program is gone")
+	g.Expect(termed).To(BeAnExistingFile(), "the paused program handled its SIGTERM")
+	g.Expect(c.Processes()).To(BeEmpty())
+	entries, err := os.ReadDir(filepath.Join(dir, "run"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(entries).To(BeEmpty(), "no pid file is left")
+}

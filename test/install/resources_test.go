@@ -1,0 +1,82 @@
+package install_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// fencingWebhooks returns the webhooks of the fencing configuration.
+func fencingWebhooks(t *testing.T, objs []*unstructured.Unstructured) []admissionregistrationv1.ValidatingWebhook {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == "ValidatingWebhookConfiguration" {
+			return into[admissionregistrationv1.ValidatingWebhookConfiguration](t, o).Webhooks
+		}
+	}
+	t.Fatal("no ValidatingWebhookConfiguration")
+	return nil
+}
+
+// checkProtectsDeployments: the fencing webhook lists Deployments with its
+// objectSelector, their scale in a second webhook without one, and the
+// operator may get Deployments (to read a scaled one's label).
+func checkProtectsDeployments(t *testing.T, objs []*unstructured.Unstructured, rules []rbacv1.PolicyRule) {
+	g := NewWithT(t)
+	hooks := fencingWebhooks(t, objs)
+	g.Expect(hooks).To(HaveLen(2))
+	g.Expect(hooks[0].Name).To(Equal("protected.fencedlease.io"))
+	g.Expect(hooks[0].ObjectSelector).NotTo(BeNil())
+	var resources []string
+	for _, r := range hooks[0].Rules {
+		resources = append(resources, r.Resources...)
+	}
+	g.Expect(resources).To(ContainElements("configmaps", "secrets", "deployments"))
+	g.Expect(hooks[1].Name).To(Equal("protected-scale.fencedlease.io"))
+	g.Expect(hooks[1].ObjectSelector).To(BeNil(), "a Scale carries no labels to select on")
+	g.Expect(hooks[1].Rules).To(HaveLen(1))
+	g.Expect(hooks[1].Rules[0].Resources).To(Equal([]string{"deployments/scale"}))
+	g.Expect(hooks[1].Rules[0].Operations).To(Equal([]admissionregistrationv1.OperationType{admissionregistrationv1.Update}))
+	g.Expect(hooks[1].ClientConfig.Service).To(Equal(hooks[0].ClientConfig.Service), "the same endpoint decides both")
+	g.Expect(hooks[1].FailurePolicy).To(Equal(hooks[0].FailurePolicy))
+	g.Expect(rules).To(ContainElement(rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get"}}))
+}
+
+// TestChartProtectedResources: webhooks.protectedResources renders the
+// fencing webhook's rules, the webhook of scale writes, and the operator's
+// right to read the scaled objects.
+func TestChartProtectedResources(t *testing.T) {
+	objs := decode(t, renderChart(t, defaultRelease, "fencedlease-system", "-f", repoPath("test", "install", "testdata", "protected-resources.yaml")))
+	role := into[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "fencedlease-manager-role"))
+	checkProtectsDeployments(t, objs, role.Rules)
+	var status []string
+	for _, r := range fencingWebhooks(t, objs)[0].Rules {
+		if len(r.APIGroups) == 1 && r.APIGroups[0] == "examples.fencedlease.io" {
+			status = r.Resources
+		}
+	}
+	NewWithT(t).Expect(status).To(Equal([]string{"widgets", "widgets/status"}), "a status subresource goes with its object's selector")
+
+	// The defaults: ConfigMaps and Secrets, one webhook.
+	hooks := fencingWebhooks(t, decode(t, renderChart(t, defaultRelease, "fencedlease-system")))
+	NewWithT(t).Expect(hooks).To(HaveLen(1))
+}
+
+// TestKustomizeProtectsDeployments: the overlay config/samples/protect-deployments,
+// the kustomize form of the same value.
+func TestKustomizeProtectsDeployments(t *testing.T) {
+	out, err := run(context.Background(), nil, filepath.Join(kubebuilderAssets(t), "kubectl"), "kustomize", "config/samples/protect-deployments")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := decode(t, out)
+	role := into[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "fencedlease-scale-reader"))
+	binding := into[rbacv1.ClusterRoleBinding](t, find(t, objs, "ClusterRoleBinding", "fencedlease-scale-reader"))
+	NewWithT(t).Expect(binding.Subjects[0].Name).To(Equal("fencedlease-controller-manager"))
+	checkProtectsDeployments(t, objs, role.Rules)
+}
