@@ -187,3 +187,20 @@ own namespace, "system" in config/): "true" or "".
 {{- define "fencedlease.celList" -}}
 [{{ range $i, $v := . }}{{ if $i }}, {{ end }}'{{ $v | replace "\\" "\\\\" | replace "'" "\\'" }}'{{ end }}]
 {{- end }}
+
+{{/*
+The fence gateway's labels: a name of its own, so that the operator's
+selectors (Services, PodDisruptionBudget) never pick its pods.
+*/}}
+{{- define "fencedlease.gatewaySelectorLabels" -}}
+app.kubernetes.io/name: {{ include "fencedlease.name" . }}-gateway
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "fencedlease.gatewayLabels" -}}
+helm.sh/chart: {{ include "fencedlease.chart" . }}
+{{ include "fencedlease.gatewaySelectorLabels" . }}
+app.kubernetes.io/component: fence-gateway
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
