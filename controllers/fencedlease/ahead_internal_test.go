@@ -5,9 +5,13 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 )
 
 func leaseAt(rv, uid string) *coordinationv1.Lease {
@@ -45,5 +49,120 @@ func TestLeaseReadFromTheAPIServerWhileTheCacheIsAhead(t *testing.T) {
 	r.checkCacheAhead(t.Context(), &scope{key: key, lease: leaseAt("900", "u2")})
 	if r.mem.isAhead(key) {
 		t.Fatal("a Lease of another UID counted as a cache ahead of the store")
+	}
+}
+
+// A plain etcd restore is seen by the heartbeat first: a live read of it
+// older than a version already committed. Every FencedLease is then marked
+// to read its Lease from the API server and is woken once; the cached
+// heartbeat from the lost past no longer counts as a renewal, and the
+// renewals on the store's new timeline do. A heartbeat that merely moved
+// on marks nothing.
+func TestStoreGoingBackIsSeenOnTheHeartbeat(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	clk := clocktesting.NewFakePassiveClock(t0)
+	r := &Reconciler{Clock: clk, Heartbeat: &Heartbeat{Namespace: "op", Name: "hb"}}
+	r.once.Do(r.defaults)
+	keys := []types.NamespacedName{{Namespace: "ns", Name: "a"}, {Namespace: "ns", Name: "b"}}
+	for _, k := range keys {
+		r.mem.setAhead(k, false)
+	}
+	r.mem.sawBeat(beatLease("583", 40))
+
+	r.sawLiveBeat(t.Context(), beatLease("590", 41))
+	if r.mem.isAhead(keys[0]) || len(r.mem.takeWentBack()) != 0 {
+		t.Fatal("a newer heartbeat marked the caches ahead")
+	}
+
+	clk.SetTime(t0.Add(time.Second))
+	r.sawLiveBeat(t.Context(), beatLease("280", 20))
+	for _, k := range keys {
+		if !r.mem.isAhead(k) {
+			t.Fatalf("%s not read from the API server after the store went back", k)
+		}
+	}
+	if woken := r.mem.takeWentBack(); len(woken) != len(keys) {
+		t.Fatalf("woke %v, want every FencedLease once", woken)
+	}
+	if again := r.mem.takeWentBack(); len(again) != 0 {
+		t.Fatalf("woke %v a second time", again)
+	}
+	if b := r.mem.lastBeat(); b.rv != "280" || !b.changedAt.Equal(t0) {
+		t.Fatalf("heartbeat seen %s at %s, want 280 with its last renewal unchanged", b.rv, b.changedAt.Sub(t0))
+	}
+
+	clk.SetTime(t0.Add(2 * time.Second))
+	if !r.mem.beatFromLostPast(beatLease("590", 41)) || r.mem.beatFromLostPast(beatLease("591", 1)) {
+		t.Fatal("versions up to the newest seen before the restore are the lost past, later ones are not")
+	}
+	r.Client = fakeclient.NewClientBuilder().WithObjects(beatLease("590", 41)).Build()
+	r.lookAtBeat(t.Context()) // the cache, still ahead
+	if b := r.mem.lastBeat(); b.rv != "280" {
+		t.Fatalf("a cached heartbeat from the lost past counted: seen %s", b.rv)
+	}
+	r.mem.sawBeat(beatLease("281", 21)) // a renewal written on the new timeline
+	if b := r.mem.lastBeat(); b.rv != "281" || !b.changedAt.Equal(t0.Add(2*time.Second)) {
+		t.Fatalf("a renewal after the restore not counted: seen %s at %s", b.rv, b.changedAt.Sub(t0))
+	}
+}
+
+// Once the store went back, the FencedLease is read from the API server
+// while its cache holds a later version (its status patches would
+// conflict until that cache lists again), and from the cache again once it
+// has caught up. Before, the cache alone is read.
+func TestFencedLeaseReadFromTheAPIServerWhileTheCacheIsAhead(t *testing.T) {
+	fl := func(rv string) *fencingv1alpha1.FencedLease {
+		return &fencingv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db", ResourceVersion: rv, UID: "u1"}}
+	}
+	stored := fl("253")
+	r := &Reconciler{APIReader: fakeclient.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(stored).Build(),
+		Clock: clocktesting.NewFakePassiveClock(time.Unix(0, 0)), Heartbeat: &Heartbeat{Namespace: "op", Name: "hb"}}
+	r.once.Do(r.defaults)
+	key := types.NamespacedName{Namespace: "ns", Name: "db"}
+	r.mem.setAhead(key, false)
+
+	if got, err := r.fencedLeaseBehindCache(t.Context(), fl("577")); err != nil || got.ResourceVersion != "577" {
+		t.Fatalf("read %v, %v before the store was seen going back, want the cached 577", got, err)
+	}
+	r.mem.sawBeat(beatLease("582", 40))
+	r.sawLiveBeat(t.Context(), beatLease("242", 20))
+	live := &fencingv1alpha1.FencedLease{}
+	if err := r.APIReader.Get(t.Context(), key, live); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.fencedLeaseBehindCache(t.Context(), fl("577"))
+	if err != nil || got.ResourceVersion != live.ResourceVersion {
+		t.Fatalf("read %v, %v while the cache is ahead, want the stored %s", got, err, live.ResourceVersion)
+	}
+	if got, err := r.fencedLeaseBehindCache(t.Context(), fl(live.ResourceVersion)); err != nil || got.ResourceVersion != live.ResourceVersion {
+		t.Fatalf("read %v, %v once the cache caught up", got, err)
+	}
+	r.APIReader = nil // no more reads from the API server
+	if got, err := r.fencedLeaseBehindCache(t.Context(), fl("600")); err != nil || got.ResourceVersion != "600" {
+		t.Fatalf("read %v, %v after the cache caught up, want the cached 600", got, err)
+	}
+}
+
+// podsAhead: a cached pod at a later version than the API server's copy
+// (the store went back) is ahead; one at an earlier version only lags, and
+// a pod the API server does not have is left to the cache.
+func TestPodsAhead(t *testing.T) {
+	pod := func(uid, rv string) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), ResourceVersion: rv}}
+	}
+	live := []corev1.Pod{pod("a", "260"), pod("b", "270")}
+	for _, tc := range []struct {
+		name   string
+		cached []corev1.Pod
+		want   bool
+	}{
+		{name: "the same versions", cached: []corev1.Pod{pod("a", "260"), pod("b", "270")}},
+		{name: "a cache that lags", cached: []corev1.Pod{pod("a", "250"), pod("b", "270")}},
+		{name: "a pod from the lost past", cached: []corev1.Pod{pod("a", "260"), pod("b", "571")}, want: true},
+		{name: "a pod the store does not have", cached: []corev1.Pod{pod("c", "580")}},
+	} {
+		if got := podsAhead(tc.cached, live); got != tc.want {
+			t.Errorf("%s: podsAhead %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

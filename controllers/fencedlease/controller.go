@@ -134,6 +134,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		return ctrl.Result{}, err
 	}
 	r.mem.refresh(fl)
+	fl, err := r.fencedLeaseBehindCache(ctx, fl)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if !fl.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, fl)
 	}
@@ -230,11 +234,17 @@ func (r *Reconciler) reconcileInputs(ctx context.Context, s *scope) (ctrl.Result
 		s.inputErr = err
 		return ctrl.Result{}, err
 	}
+	cached := l
 	if l, err = r.leaseBehindCache(ctx, s.key, l); err != nil {
 		s.inputErr = err
 		return ctrl.Result{}, err
 	}
-	if s.recorded.LeaseResourceVersion != "" && l.ResourceVersion != s.recorded.LeaseResourceVersion &&
+	// A Lease read from the API server because the store went back is older
+	// than the status, which the cache of FencedLeases still holds from the
+	// lost past: that is no lag, and waiting for it would wait until that
+	// cache lists again. A status patch planned on it conflicts and changes
+	// nothing.
+	if l == cached && s.recorded.LeaseResourceVersion != "" && l.ResourceVersion != s.recorded.LeaseResourceVersion &&
 		!newer(l.ResourceVersion, s.recorded.LeaseResourceVersion) {
 		// The Lease cache lags behind the status: planning on it would at
 		// best conflict, and recording it would move the status back.

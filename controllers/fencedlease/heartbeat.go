@@ -64,6 +64,10 @@ type beatSeen struct {
 	rv        string
 	beats     int64
 	changedAt time.Time
+	// ahead is, once the store was found to have gone back in time
+	// (sawLiveBeat), the newest version seen before: a cached version not
+	// above it is from the past the store lost, or older still.
+	ahead string
 }
 
 func beatsOf(l *coordinationv1.Lease) int64 { return record.BeatsOf(l.Annotations) }
@@ -77,7 +81,7 @@ func (m *memories) sawBeat(l *coordinationv1.Lease) {
 	if m.beat.rv != "" && !newer(l.ResourceVersion, m.beat.rv) {
 		return
 	}
-	m.beat = beatSeen{rv: l.ResourceVersion, beats: beatsOf(l), changedAt: m.clock.Now()}
+	m.beat = beatSeen{rv: l.ResourceVersion, beats: beatsOf(l), changedAt: m.clock.Now(), ahead: m.beat.ahead}
 }
 
 // unhealthyAfter is how many intervals without a renewal seen make the
@@ -111,43 +115,69 @@ func (r *Reconciler) Beat(ctx context.Context) error {
 	if h == nil {
 		return nil
 	}
-	l := &coordinationv1.Lease{}
-	err := r.Get(ctx, h.key(), l)
-	if apierrors.IsNotFound(err) {
-		created := r.beatWrite(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: h.Namespace, Name: h.Name}})
-		err = r.Create(ctx, created)
-		if err == nil {
-			r.mem.sawBeat(created)
-			heartbeatsTotal.Inc()
-			return nil
+	l, err := r.readBeat(ctx)
+	for try := 0; ; try++ {
+		switch {
+		case apierrors.IsNotFound(err):
+			// Missing, or deleted since the cache saw it: created anew.
+			l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: h.Namespace, Name: h.Name}}
+			next := r.beatWrite(l)
+			if err = r.Create(ctx, next); err == nil {
+				return r.beaten(next)
+			}
+			if !apierrors.IsAlreadyExists(err) || try > 0 {
+				heartbeatFailuresTotal.Inc()
+				return fmt.Errorf("create heartbeat Lease %s: %w", h.key(), err)
+			}
+		case err != nil:
+			heartbeatFailuresTotal.Inc()
+			return err
+		default:
+			next := r.beatWrite(l.DeepCopy())
+			if err = r.Update(ctx, next); err == nil {
+				return r.beaten(next)
+			}
+			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) || try > 0 {
+				heartbeatFailuresTotal.Inc()
+				return fmt.Errorf("renew heartbeat Lease %s: %w", klog.KObj(l), err)
+			}
 		}
-		if apierrors.IsAlreadyExists(err) {
-			err = r.APIReader.Get(ctx, h.key(), l)
-		}
+		l, err = r.readLiveBeat(ctx)
 	}
-	if err != nil {
-		heartbeatFailuresTotal.Inc()
-		return fmt.Errorf("read heartbeat Lease %s: %w", h.key(), err)
+}
+
+// beaten records a renewal of the heartbeat the API server confirmed.
+func (r *Reconciler) beaten(l *coordinationv1.Lease) error {
+	r.mem.sawBeat(l)
+	heartbeatsTotal.Inc()
+	return nil
+}
+
+// readBeat reads the heartbeat from the cache, or from the API server when
+// the cached version is from a past the store lost (sawLiveBeat).
+func (r *Reconciler) readBeat(ctx context.Context) (*coordinationv1.Lease, error) {
+	l := &coordinationv1.Lease{}
+	if err := r.Get(ctx, r.Heartbeat.key(), l); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("read heartbeat Lease %s: %w", r.Heartbeat.key(), err)
+	}
+	if r.mem.beatFromLostPast(l) {
+		return r.readLiveBeat(ctx)
 	}
 	r.mem.sawBeat(l)
-	for try := 0; ; try++ {
-		next := r.beatWrite(l.DeepCopy())
-		err = r.Update(ctx, next)
-		if err == nil {
-			r.mem.sawBeat(next)
-			heartbeatsTotal.Inc()
-			return nil
-		}
-		if !apierrors.IsConflict(err) || try > 0 {
-			heartbeatFailuresTotal.Inc()
-			return fmt.Errorf("renew heartbeat Lease %s: %w", klog.KObj(l), err)
-		}
-		if err := r.APIReader.Get(ctx, h.key(), l); err != nil {
-			heartbeatFailuresTotal.Inc()
-			return fmt.Errorf("read heartbeat Lease %s: %w", h.key(), err)
-		}
-		r.mem.sawBeat(l)
+	return l, nil
+}
+
+// readLiveBeat reads the heartbeat from the API server.
+func (r *Reconciler) readLiveBeat(ctx context.Context) (*coordinationv1.Lease, error) {
+	l := &coordinationv1.Lease{}
+	if err := r.APIReader.Get(ctx, r.Heartbeat.key(), l); err != nil {
+		return nil, fmt.Errorf("read heartbeat Lease %s: %w", r.Heartbeat.key(), err)
 	}
+	r.sawLiveBeat(ctx, l)
+	return l, nil
 }
 
 // beatWrite is the next version of the heartbeat: one more renewal, now,
@@ -170,10 +200,11 @@ func (r *Reconciler) beatWrite(l *coordinationv1.Lease) *coordinationv1.Lease {
 	return l
 }
 
-// lookAtBeat reads the heartbeat from the cache and records it as seen.
+// lookAtBeat reads the heartbeat from the cache and records it as seen,
+// unless it is from a past the store lost (sawLiveBeat).
 func (r *Reconciler) lookAtBeat(ctx context.Context) {
 	l := &coordinationv1.Lease{}
-	if err := r.Get(ctx, r.Heartbeat.key(), l); err == nil {
+	if err := r.Get(ctx, r.Heartbeat.key(), l); err == nil && !r.mem.beatFromLostPast(l) {
 		r.mem.sawBeat(l)
 	}
 }
@@ -207,7 +238,7 @@ func (r *Reconciler) creditAfterEnd(ctx context.Context, ended string) (time.Tim
 	default:
 		credit = now
 	}
-	r.mem.sawBeat(live)
+	r.sawLiveBeat(ctx, live)
 	return credit, nil
 }
 

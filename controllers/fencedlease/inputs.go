@@ -3,6 +3,7 @@ package fencedlease
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -53,13 +54,9 @@ func (r *Reconciler) gatherPods(ctx context.Context, fl *fencingv1alpha1.FencedL
 	if sel.Empty() {
 		return nil, invalidSelectorError{err: fmt.Errorf("it selects every pod of the namespace")}
 	}
-	selected, err := r.podsSelected(ctx, fl.Namespace, &fl.Spec.Selector, sel)
+	selected, marked, err := r.listPods(ctx, fl, sel)
 	if err != nil {
-		return nil, fmt.Errorf("list pods of FencedLease %s/%s: %w", fl.Namespace, fl.Name, err)
-	}
-	var marked corev1.PodList
-	if err := r.List(ctx, &marked, client.InNamespace(fl.Namespace), client.MatchingFields{indexPodLabels: fencingv1alpha1.LabelLease + "=" + fl.Name}); err != nil {
-		return nil, fmt.Errorf("list pods marked for FencedLease %s/%s: %w", fl.Namespace, fl.Name, err)
+		return nil, err
 	}
 	out := &pods{selected: selected}
 	sort.Slice(out.selected, func(i, j int) bool { return out.selected[i].Name < out.selected[j].Name })
@@ -80,8 +77,8 @@ func (r *Reconciler) gatherPods(ctx context.Context, fl *fencingv1alpha1.FencedL
 		out.overlaps = append(out.overlaps, name)
 	}
 	sort.Strings(out.overlaps)
-	for i := range marked.Items {
-		if pod := &marked.Items[i]; !sel.Matches(labels.Set(pod.Labels)) {
+	for i := range marked {
+		if pod := &marked[i]; !sel.Matches(labels.Set(pod.Labels)) {
 			out.stray = append(out.stray, *pod)
 		}
 	}
@@ -122,4 +119,60 @@ func (r *Reconciler) nodeOf(ctx context.Context, pod *corev1.Pod) (*corev1.Node,
 // a forged one must not be able to block every grant.
 func (r *Reconciler) fenceFloor(s *scope) int64 {
 	return holder.MaxFence(s.recorded.Fence, s.fl.Status.Fence, fenceAnnotation(s.lease.Annotations), r.mem.maxFence(s.key))
+}
+
+// listPods lists the pods a FencedLease selects and those marked with its
+// label: from the cache, or, while that cache may be ahead of a store that
+// went back (regression.go), from the API server, whose versions the pod
+// writes must carry to apply, until no pod in the cache is ahead.
+func (r *Reconciler) listPods(ctx context.Context, fl *fencingv1alpha1.FencedLease, sel labels.Selector) (selected, marked []corev1.Pod, err error) {
+	key := client.ObjectKeyFromObject(fl)
+	if selected, marked, err = r.listCachedPods(ctx, fl, sel); err != nil {
+		return nil, nil, err
+	}
+	var ahead bool
+	r.mem.with(key, func(mem *memory) { ahead = mem.podsAhead })
+	if !ahead {
+		return selected, marked, nil
+	}
+	var liveSelected, liveMarked corev1.PodList
+	if err := r.APIReader.List(ctx, &liveSelected, client.InNamespace(fl.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, nil, fmt.Errorf("list pods of FencedLease %s/%s from the API server: %w", fl.Namespace, fl.Name, err)
+	}
+	if err := r.APIReader.List(ctx, &liveMarked, client.InNamespace(fl.Namespace), client.MatchingLabels{fencingv1alpha1.LabelLease: fl.Name}); err != nil {
+		return nil, nil, fmt.Errorf("list pods marked for FencedLease %s/%s from the API server: %w", fl.Namespace, fl.Name, err)
+	}
+	if !podsAhead(slices.Concat(selected, marked), slices.Concat(liveSelected.Items, liveMarked.Items)) {
+		r.mem.with(key, func(mem *memory) { mem.podsAhead = false })
+		return selected, marked, nil
+	}
+	return liveSelected.Items, liveMarked.Items, nil
+}
+
+// podsAhead says whether a cached pod is at a version later than the same
+// pod as the API server has it.
+func podsAhead(cached, live []corev1.Pod) bool {
+	stored := make(map[types.UID]string, len(live))
+	for i := range live {
+		stored[live[i].UID] = live[i].ResourceVersion
+	}
+	for i := range cached {
+		if rv, ok := stored[cached[i].UID]; ok && rv != cached[i].ResourceVersion && newer(cached[i].ResourceVersion, rv) {
+			return true
+		}
+	}
+	return false
+}
+
+// listCachedPods lists from the cache the pods a FencedLease selects and
+// those marked with its label.
+func (r *Reconciler) listCachedPods(ctx context.Context, fl *fencingv1alpha1.FencedLease, sel labels.Selector) (selected, marked []corev1.Pod, err error) {
+	if selected, err = r.podsSelected(ctx, fl.Namespace, &fl.Spec.Selector, sel); err != nil {
+		return nil, nil, fmt.Errorf("list pods of FencedLease %s/%s: %w", fl.Namespace, fl.Name, err)
+	}
+	var list corev1.PodList
+	if err := r.List(ctx, &list, client.InNamespace(fl.Namespace), client.MatchingFields{indexPodLabels: fencingv1alpha1.LabelLease + "=" + fl.Name}); err != nil {
+		return nil, nil, fmt.Errorf("list pods marked for FencedLease %s/%s: %w", fl.Namespace, fl.Name, err)
+	}
+	return selected, list.Items, nil
 }

@@ -37,6 +37,13 @@ type memory struct {
 	// Lease is read from the API server until the cache catches up
 	// (regression.go).
 	ahead bool
+	// fencedLeaseAhead is the same for the cache of the FencedLease: its
+	// status patches, planned on a version the store lost, would conflict
+	// until that cache lists again (regression.go).
+	fencedLeaseAhead bool
+	// podsAhead is the same for the cache of its pods, whose writes carry
+	// the versions read (inputs.go).
+	podsAhead bool
 }
 
 // memories are the memories of every FencedLease, created on first use and
@@ -51,6 +58,9 @@ type memories struct {
 	// vouches for, with their lease durations, for its watchdog.
 	beat    beatSeen
 	vouched map[types.NamespacedName]time.Duration
+	// wentBack is set when the store was found to have gone back in time,
+	// until the heartbeat's watchdog wakes every FencedLease (regression.go).
+	wentBack bool
 	// retries paces the looks again after a conflict or a lagging cache:
 	// firstRetry, doubling with every such look in a row, up to
 	// conflictRetry; a look that finds its inputs current resets it.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/holder"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -120,6 +121,7 @@ func (r *Reconciler) checkCacheAhead(ctx context.Context, s *scope) {
 		ctrl.LoggerFrom(ctx).Info("The Lease cache is ahead of the API server's store (was etcd restored?); reading the Lease from the API server until it catches up",
 			"lease", klog.KObj(live), "cached", s.lease.ResourceVersion, "stored", live.ResourceVersion)
 		r.mem.setAhead(s.key, true)
+		r.mem.with(s.key, func(mem *memory) { mem.fencedLeaseAhead, mem.podsAhead = true, true })
 	}
 }
 
@@ -151,4 +153,95 @@ func (m *memories) isAhead(key types.NamespacedName) bool {
 	var ahead bool
 	m.with(key, func(mem *memory) { ahead = mem.ahead })
 	return ahead
+}
+
+// sawLiveBeat records a version of the heartbeat read from the API server.
+// One older than a version this process saw committed means the store went
+// back in time (an etcd restore without a revision bump): the cache of
+// every Lease may then hold versions the store lost, and show grants that
+// no longer exist, or hide the ones brought back. Every FencedLease is then
+// looked at again on its Lease as the API server has it (leaseBehindCache),
+// and the heartbeat is followed on the store's new timeline.
+func (r *Reconciler) sawLiveBeat(ctx context.Context, l *coordinationv1.Lease) {
+	if seen, back := r.mem.sawStoreGoBack(l); back {
+		ctrl.LoggerFrom(ctx).Info("The API server's store went back in time (was etcd restored?): the heartbeat's version is older than one already seen; reading every Lease from the API server until the cache catches up",
+			"lease", klog.KObj(l), "seen", seen, "stored", l.ResourceVersion)
+	}
+	r.mem.sawBeat(l)
+}
+
+// sawStoreGoBack checks a live version of the heartbeat against the newest
+// one seen; when it is older, it marks every Lease cache ahead of the
+// store and starts the heartbeat again from the live version (its last
+// renewal seen stays when it was).
+func (m *memories) sawStoreGoBack(l *coordinationv1.Lease) (seen string, back bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen = m.beat.rv
+	if seen == "" || !laterVersion(seen, l.ResourceVersion) {
+		return seen, false
+	}
+	m.beat = beatSeen{rv: l.ResourceVersion, beats: beatsOf(l), changedAt: m.beat.changedAt, ahead: maxVersion(m.beat.ahead, seen)}
+	for _, mem := range m.byKey {
+		mem.ahead, mem.fencedLeaseAhead, mem.podsAhead = true, true, true
+	}
+	m.wentBack = true
+	return seen, true
+}
+
+// beatFromLostPast says whether a cached version of the heartbeat may be
+// from a past the store lost: not above the newest version seen before the
+// store went back.
+func (m *memories) beatFromLostPast(l *coordinationv1.Lease) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.beat.ahead != "" && !laterVersion(l.ResourceVersion, m.beat.ahead)
+}
+
+// takeWentBack returns every FencedLease this process knows once after the
+// store was found to have gone back, to be looked at again.
+func (m *memories) takeWentBack() []types.NamespacedName {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.wentBack {
+		return nil
+	}
+	m.wentBack = false
+	keys := make([]types.NamespacedName, 0, len(m.byKey))
+	for key := range m.byKey {
+		keys = append(keys, key)
+	}
+	return keys
+}
+
+// maxVersion is the later of two resourceVersions (laterVersion).
+func maxVersion(a, b string) string {
+	if laterVersion(b, a) || a == "" {
+		return b
+	}
+	return a
+}
+
+// fencedLeaseBehindCache returns the FencedLease to reconcile: the cached
+// one, or, while its cache may be ahead of a store that went back, the API
+// server's, until the cache holds that version or a newer one. The status
+// then records what the restored store holds instead of conflicting until
+// the cache lists again.
+func (r *Reconciler) fencedLeaseBehindCache(ctx context.Context, cached *fencingv1alpha1.FencedLease) (*fencingv1alpha1.FencedLease, error) {
+	key := client.ObjectKeyFromObject(cached)
+	var ahead bool
+	r.mem.with(key, func(mem *memory) { ahead = mem.fencedLeaseAhead })
+	if !ahead {
+		return cached, nil
+	}
+	live := &fencingv1alpha1.FencedLease{}
+	if err := r.APIReader.Get(ctx, key, live); err != nil {
+		return nil, fmt.Errorf("read FencedLease %s from the API server, its cache being ahead of the store: %w", klog.KObj(cached), err)
+	}
+	if live.UID != cached.UID || !newer(cached.ResourceVersion, live.ResourceVersion) {
+		r.mem.with(key, func(mem *memory) { mem.fencedLeaseAhead = false })
+		return cached, nil
+	}
+	r.mem.unwritten(key)
+	return live, nil
 }

@@ -55,7 +55,8 @@ func (h *heartbeatRunner) Start(ctx context.Context) error {
 				lastRenewalGauge.WithLabelValues(key.Namespace, key.Name).Set(unixSeconds(time.Now()))
 			})
 		}
-		for _, key := range h.r.mem.unvouched(h.r.Clock.Now(), unhealthyAfter*interval) {
+		wake := append(h.r.mem.takeWentBack(), h.r.mem.unvouched(h.r.Clock.Now(), unhealthyAfter*interval)...)
+		for _, key := range wake {
 			fl := &fencingv1alpha1.FencedLease{}
 			fl.Namespace, fl.Name = key.Namespace, key.Name
 			select {
