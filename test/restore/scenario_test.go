@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencedlease/fencedlease/controllers/fencedlease"
 	"github.com/fencedlease/fencedlease/internal/record"
 
 	. "github.com/onsi/gomega"
@@ -183,10 +184,16 @@ func (s *scenario) client(cfg *rest.Config) client.Client {
 }
 
 // startOperator runs the operator, controller and webhooks, in the test's
-// process, through the balancer; a fresh start remembers nothing.
+// process, through the balancer; a fresh start remembers nothing. Its
+// heartbeat vouches for the grants at the command's defaults, so a quiet
+// grant's Lease is not written for minutes: the restored store must be
+// noticed without a write of the grant's own.
 func (s *scenario) startOperator() {
 	var err error
+	heartbeat := &fencedlease.Heartbeat{Namespace: metav1.NamespaceDefault, Name: fencedlease.DefaultHeartbeatName, Identity: "restore-operator",
+		Interval: fencedlease.DefaultHeartbeatInterval, Refresh: fencedlease.DefaultHeartbeatRefresh}
 	s.op, err = testenv.StartManager(s.ctx, s.opConfig, testenv.ManagerOptions{Webhooks: &s.env.WebhookInstallOptions,
+		Options:        setup.Options{Heartbeat: heartbeat},
 		WebhookOptions: setup.WebhookOptions{OperatorUsers: []string{testenv.OperatorUser}, BreakGlassUsers: []string{breakGlass}}})
 	s.g.Expect(err).NotTo(HaveOccurred())
 	s.t.Cleanup(func() { _ = s.op.Stop() })
@@ -392,6 +399,18 @@ func (s *scenario) state() string {
 	return fmt.Sprintf("etcd revision %d; status: fence %d, holder %s, degraded %s; Lease: %s fence %s (resourceVersion %s); pods: %s; ConfigMap %s: fence %s",
 		rev, fl.Status.Fence, holder, degraded, l.Annotations[fencingv1alpha1.LeaseAnnotationState], l.Annotations[fencingv1alpha1.AnnotationFence],
 		l.ResourceVersion, strings.Join(pub, " "), object, cm.Annotations[fencingv1alpha1.AnnotationFence])
+}
+
+// restoredGrantHeld says whether the Lease, as the API server has it, shows
+// a grant held with a fence not above fence floor: one the restore brought
+// back.
+func (s *scenario) restoredGrantHeld(floor int64) bool {
+	l := &coordinationv1.Lease{}
+	if err := s.admin.Get(s.ctx, client.ObjectKey{Namespace: s.ns, Name: lease}, l); err != nil {
+		return true // unknown: not shown ended
+	}
+	r := record.ParseLease(l.Annotations)
+	return r.Held() && r.Fence <= floor
 }
 
 // degraded is the FencedLease's Degraded reason now ("" when not
