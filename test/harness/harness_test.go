@@ -52,6 +52,9 @@ func TestFreePortsAreDistinctAndFree(t *testing.T) {
 			t.Fatalf("port %d is not free: %v", p, err)
 		}
 		_ = l.Close()
+		if low := ephemeralLow(); low > lowestPort+1000 && (p < lowestPort || p >= low) {
+			t.Errorf("port %d outside [%d, %d): a client's outgoing connection may take it", p, lowestPort, low)
+		}
 	}
 }
 
