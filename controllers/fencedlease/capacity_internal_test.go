@@ -47,12 +47,7 @@ func idlePace() *pace.Pace {
 // WaitingForCapacity and nothing else: no finalizer, no Lease. Once the
 // operator has room again it is reconciled as any other.
 func TestSaturatedOperatorWritesOnlyTheStatusOfANewFencedLease(t *testing.T) {
-	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, fencingv1alpha1.AddToScheme} {
-		if err := add(s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s := testScheme(t)
 	fl := &fencingv1alpha1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "db", Generation: 1},
 		Spec:       fencingv1alpha1.FencedLeaseSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
@@ -121,12 +116,7 @@ func TestSaturatedOperatorWritesOnlyTheStatusOfANewFencedLease(t *testing.T) {
 // measures: once the load is measured (two windows), the FencedLease goes
 // on to its finalizer, and its looks come no later than that.
 func TestRestartedOperatorGrantsAFencedLeaseLeftWaiting(t *testing.T) {
-	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, fencingv1alpha1.AddToScheme} {
-		if err := add(s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s := testScheme(t)
 	fl := &fencingv1alpha1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "db", Generation: 1},
 		Spec: fencingv1alpha1.FencedLeaseSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
@@ -161,4 +151,15 @@ func TestRestartedOperatorGrantsAFencedLeaseLeftWaiting(t *testing.T) {
 		clk.SetTime(clk.Now().Add(res.RequeueAfter))
 		waited += res.RequeueAfter
 	}
+}
+
+// testScheme has the built-in kinds and FencedLeases, for fake clients.
+func testScheme(t *testing.T) *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, fencingv1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
 }

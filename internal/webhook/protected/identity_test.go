@@ -3,7 +3,6 @@ package protected_test
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -21,11 +20,7 @@ import (
 func TestHolderIdentity(t *testing.T) {
 	f := newFixture(t)
 	f.startOperator(testenv.ManagerOptions{})
-	f.fencedLease("db")
-	a := f.readyPod("a", time.Hour)
-	b := f.readyPod("b", time.Minute)
-	n := f.waitHolder("db", "a", 0)
-	asA, asB := f.asPod(a), f.asPod(b)
+	_, _, n, asA, asB := f.holderAndStandby()
 	obj := fmt.Sprintf("ConfigMap %s/state", f.ns)
 
 	f.g.Expect(asA.Create(f.ctx, f.configMap("state", "db", fenceOf(n), "v1 by a"))).To(Succeed())

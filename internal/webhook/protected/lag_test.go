@@ -164,11 +164,7 @@ func (f *fixture) getFL(name string) *fencingv1alpha1.FencedLease {
 func TestCacheLag(t *testing.T) {
 	f := newFixture(t)
 	lag, api := f.startLaggingOperator()
-	f.fencedLease("db")
-	a := f.readyPod("a", time.Hour)
-	b := f.readyPod("b", time.Minute)
-	n := f.waitHolder("db", "a", 0)
-	asA, asB := f.asPod(a), f.asPod(b)
+	a, _, n, asA, asB := f.holderAndStandby()
 	key := types.NamespacedName{Namespace: f.ns, Name: "db"}
 	obj := func(name string) string { return fmt.Sprintf("ConfigMap %s/%s", f.ns, name) }
 	reads := func(fencedLeases, leases int32) {
@@ -231,11 +227,7 @@ func TestCacheLag(t *testing.T) {
 func TestTwoWebhookReplicasWithCachesThatLagDifferently(t *testing.T) {
 	f := newFixture(t)
 	rs := f.startLaggingReplicas(2)
-	f.fencedLease("db")
-	a := f.readyPod("a", time.Hour)
-	b := f.readyPod("b", time.Minute)
-	n := f.waitHolder("db", "a", 0)
-	asA, asB := f.asPod(a), f.asPod(b)
+	a, _, n, asA, asB := f.holderAndStandby()
 	key := types.NamespacedName{Namespace: f.ns, Name: "db"}
 	f.g.Expect(asA.Create(f.ctx, f.configMap("state", "db", fenceOf(n), "v1 by a"))).To(Succeed())
 

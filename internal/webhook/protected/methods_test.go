@@ -23,11 +23,7 @@ import (
 func TestWriteMethods(t *testing.T) {
 	f := newFixture(t)
 	f.startOperator(testenv.ManagerOptions{})
-	f.fencedLease("db")
-	a := f.readyPod("a", time.Hour)
-	b := f.readyPod("b", time.Minute)
-	n := f.waitHolder("db", "a", 0)
-	asA, asB := f.asPod(a), f.asPod(b)
+	_, _, n, asA, asB := f.holderAndStandby()
 	notHolder := fmt.Sprintf(`pod b is not the holder of FencedLease "db" (holder: pod a, fence %d)`, n)
 
 	// Server-side apply: a CREATE, then UPDATEs, each with the writer's

@@ -65,11 +65,7 @@ func withFence(manager string, fence int64) string {
 func TestCustomResourceAndItsStatus(t *testing.T) {
 	f := newFixture(t)
 	f.startOperator(testenv.ManagerOptions{})
-	f.fencedLease("db")
-	a := f.readyPod("a", time.Hour)
-	b := f.readyPod("b", time.Minute)
-	n := f.waitHolder("db", "a", 0)
-	asA, asB := f.asPod(a), f.asPod(b)
+	a, _, n, asA, asB := f.holderAndStandby()
 	obj := "Widget " + f.ns + "/w"
 
 	f.g.Expect(asA.Create(f.ctx, f.widget("w", "db", fenceOf(n), 1))).To(Succeed())
@@ -124,11 +120,7 @@ func TestCustomResourceAndItsStatus(t *testing.T) {
 func TestScale(t *testing.T) {
 	f := newFixture(t)
 	f.startOperator(testenv.ManagerOptions{})
-	f.fencedLease("db")
-	a := f.readyPod("a", time.Hour)
-	b := f.readyPod("b", time.Minute)
-	n := f.waitHolder("db", "a", 0)
-	asA, asB := f.asPod(a), f.asPod(b)
+	_, _, n, asA, asB := f.holderAndStandby()
 
 	deployment := func(name string, labels map[string]string) *appsv1.Deployment {
 		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name, Labels: labels},

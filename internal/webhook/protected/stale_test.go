@@ -3,7 +3,6 @@ package protected_test
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	. "github.com/onsi/gomega"
 
@@ -18,11 +17,7 @@ import (
 func TestStaleHolderIsRejected(t *testing.T) {
 	f := newFixture(t)
 	f.startOperator(testenv.ManagerOptions{})
-	f.fencedLease("db")
-	a := f.readyPod("a", time.Hour)
-	b := f.readyPod("b", time.Minute)
-	n := f.waitHolder("db", "a", 0)
-	asA, asB := f.asPod(a), f.asPod(b)
+	a, _, n, asA, asB := f.holderAndStandby()
 
 	f.g.Expect(asA.Create(f.ctx, f.configMap("state", "db", fenceOf(n), "v1 by a"))).To(Succeed())
 	f.g.Expect(asA.Create(f.ctx, f.secret("creds", "db", fenceOf(n), "s1 by a"))).To(Succeed())

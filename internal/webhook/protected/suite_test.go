@@ -229,6 +229,17 @@ func (f *fixture) readyPod(name string, readyFor time.Duration) *corev1.Pod {
 }
 
 // asPod is a client that acts as the pod, with a bound service-account token.
+// holderAndStandby creates FencedLease "db" with pods a and b, a ready for
+// longer so that it is granted first, and returns them, a's fence and a
+// client acting as each.
+func (f *fixture) holderAndStandby() (a, b *corev1.Pod, n int64, asA, asB client.Client) {
+	f.fencedLease("db")
+	a = f.readyPod("a", time.Hour)
+	b = f.readyPod("b", time.Minute)
+	n = f.waitHolder("db", "a", 0)
+	return a, b, n, f.asPod(a), f.asPod(b)
+}
+
 func (f *fixture) asPod(pod *corev1.Pod) client.Client {
 	c, err := testenv.PodClient(f.ctx, env.Config, pod)
 	f.g.Expect(err).NotTo(HaveOccurred())
