@@ -127,12 +127,30 @@ func runs(pid int, bin string) bool {
 	return !gone(pid)
 }
 
-// gone says whether pid has finished exiting: no such process, or a zombie
-// (its files, sockets included, are closed by then). A process in the
-// middle of exiting may already have no executable link but still hold its
-// listening sockets.
+// gone says whether pid has finished exiting: no such process, or every
+// thread of it a zombie (its files, sockets included, are closed by then).
+// A process in the middle of exiting may already have no executable link,
+// and its first thread be a zombie, but still hold its listening sockets.
 func gone(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return true
+	}
+	// A process's first thread turns zombie while its other threads are
+	// still exiting, and its files (a listening socket among them) close
+	// with the last one: every thread must be done.
+	for _, t := range tasks {
+		if !exited(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name())) {
+			return false
+		}
+	}
+	return true
+}
+
+// exited says whether the thread whose stat file is path is gone or a
+// zombie.
+func exited(path string) bool {
+	stat, err := os.ReadFile(path)
 	if err != nil {
 		return true
 	}

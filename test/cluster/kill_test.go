@@ -1,0 +1,82 @@
+package cluster
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/fencedlease/fencedlease/test/harness"
+)
+
+// listenEnv makes the test binary, run as a child, a listening server
+// (TestMain).
+const listenEnv = "FENCEDLEASE_TEST_LISTEN"
+
+// TestMain runs the binary as the server of TestKilledServerFreesItsPort
+// when asked to, and the tests otherwise.
+func TestMain(m *testing.M) {
+	if addr := os.Getenv(listenEnv); addr != "" {
+		serve(addr)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// serve listens on addr with busy threads beside it, as a server such as
+// kube-apiserver does, until it is killed.
+func serve(addr string) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		os.Exit(3)
+	}
+	defer l.Close()
+	for range 4 {
+		go func() {
+			runtime.LockOSThread()
+			for {
+				time.Sleep(time.Millisecond)
+			}
+		}()
+	}
+	for {
+		if c, err := l.Accept(); err == nil {
+			_ = c.Close()
+		}
+	}
+}
+
+// TestKilledServerFreesItsPort: once kill has returned, the port of the
+// killed server can be listened on again at once, as a restart does. A
+// multi-threaded process's first thread turns zombie before its other
+// threads have exited and its socket is closed: kill must wait for all of
+// them.
+func TestKilledServerFreesItsPort(t *testing.T) {
+	g := NewWithT(t)
+	bin, err := os.Executable()
+	g.Expect(err).NotTo(HaveOccurred())
+	dir := t.TempDir()
+	c, err := New(Config{Dir: dir})
+	g.Expect(err).NotTo(HaveOccurred())
+	for i := range 20 {
+		addr, err := harness.FreeAddress()
+		g.Expect(err).NotTo(HaveOccurred())
+		name := "server-" + filepath.Base(dir)
+		g.Expect(c.start(process{name: name, bin: bin, env: []string{listenEnv + "=" + addr}})).To(Succeed())
+		g.Eventually(func() error {
+			conn, err := net.Dial("tcp", addr)
+			if err == nil {
+				_ = conn.Close()
+			}
+			return err
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+		g.Expect(c.kill(name)).To(Succeed())
+		l, err := net.Listen("tcp", addr)
+		g.Expect(err).NotTo(HaveOccurred(), "round %d: the killed server's port is still taken", i)
+		_ = l.Close()
+	}
+}
