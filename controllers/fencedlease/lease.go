@@ -170,7 +170,7 @@ func (r *Reconciler) writeGrant(ctx context.Context, l *coordinationv1.Lease, ta
 
 // commitGrant records the fence of a pending grant (CommitWrite).
 func (r *Reconciler) commitGrant(ctx context.Context, l *coordinationv1.Lease, fence int64, p holder.Policy) (*coordinationv1.Lease, error) {
-	return r.writeLease(ctx, holder.CommitWrite(l, fence, p), fmt.Sprintf("commit fence %d", fence))
+	return r.writeLease(ctx, holder.CommitWrite(l, fence, p, r.Clock.Now()), fmt.Sprintf("commit fence %d", fence))
 }
 
 // renewLease extends the current grant (RenewWrite); a conflict means

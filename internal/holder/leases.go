@@ -51,9 +51,15 @@ func GrantWrite(l *coordinationv1.Lease, target Candidate, p Policy, now time.Ti
 
 // CommitWrite records the fence of a pending grant: on the grant's own
 // resourceVersion, it succeeds only if nothing else wrote the Lease since.
-// The committed grant is put under the policy's heartbeat (Vouch).
-func CommitWrite(l *coordinationv1.Lease, fence int64, p Policy) *coordinationv1.Lease {
+// The committed grant is put under the policy's heartbeat (Vouch). The
+// commit renews the grant (its renewTime is now): the grant is published,
+// and its holder may act, only from the commit on, however long after the
+// grant write it came, so its lease runs from there, for every replica
+// that sees the Lease as for the one that wrote it.
+func CommitWrite(l *coordinationv1.Lease, fence int64, p Policy, now time.Time) *coordinationv1.Lease {
 	next := writable(l)
+	at := metav1.NewMicroTime(now)
+	next.Spec.RenewTime = &at
 	r := record.ParseLease(next.Annotations)
 	r.State, r.Fence = StateHeld, fence
 	r.Apply(next.Annotations)

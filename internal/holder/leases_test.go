@@ -44,12 +44,13 @@ func TestLeaseWrites(t *testing.T) {
 	g.Expect(next.Finalizers).To(Equal([]string{"other.example.com/keep", fencingv1alpha1.LeaseFinalizer}))
 	g.Expect(old.Annotations[record.LeaseState]).To(Equal("held"), "the Lease as read is left alone")
 
-	committed := CommitWrite(next, 42, p)
+	committed := CommitWrite(next, 42, p, now.Add(3*time.Second))
+	g.Expect(committed.Spec.RenewTime.Time).To(Equal(now.Add(3*time.Second)), "the commit renews: the holder acts from then on")
 	g.Expect(record.ParseLease(committed.Annotations)).To(HaveField("State", "held"))
 	g.Expect(record.ParseLease(committed.Annotations)).To(HaveField("Fence", int64(42)))
 
-	renewed := RenewWrite(committed, p, now.Add(time.Second))
-	g.Expect(renewed.Spec.RenewTime.Time).To(Equal(now.Add(time.Second)))
+	renewed := RenewWrite(committed, p, now.Add(4*time.Second))
+	g.Expect(renewed.Spec.RenewTime.Time).To(Equal(now.Add(4*time.Second)))
 	g.Expect(renewed.Annotations).To(Equal(committed.Annotations))
 
 	revoked := RevokeWrite(committed, nil)

@@ -81,7 +81,7 @@ func TestCommitPutsTheGrantUnderTheHeartbeat(t *testing.T) {
 	p := vouchingPolicy(TakeoverSafe)
 	pending := GrantWrite(&coordinationv1.Lease{}, a, p, t0, nil)
 	g.Expect(pending.Annotations).NotTo(HaveKey(record.LeaseVouchedBy), "a pending grant is vouched for by nothing")
-	committed := CommitWrite(pending, 57, p)
+	committed := CommitWrite(pending, 57, p, t0)
 	r := record.ParseLease(committed.Annotations)
 	g.Expect(r.Vouched()).To(BeTrue())
 	g.Expect(r.VouchedBy).To(Equal(voucher))
