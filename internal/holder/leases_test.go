@@ -50,7 +50,7 @@ func TestLeaseWrites(t *testing.T) {
 	g.Expect(record.ParseLease(committed.Annotations)).To(HaveField("Fence", int64(42)))
 
 	renewed := RenewWrite(committed, p, now.Add(4*time.Second))
-	g.Expect(renewed.Spec.RenewTime.Time).To(Equal(now.Add(4*time.Second)))
+	g.Expect(renewed.Spec.RenewTime.Time).To(Equal(now.Add(4 * time.Second)))
 	g.Expect(renewed.Annotations).To(Equal(committed.Annotations))
 
 	revoked := RevokeWrite(committed, nil)
