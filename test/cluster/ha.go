@@ -236,6 +236,9 @@ func (c *Cluster) StartAPIServer(ctx context.Context, i int) error {
 	if err := c.requireHA(); err != nil {
 		return err
 	}
+	if err := waitListenable(ctx, c.ha.serverAddr(i), 10*time.Second); err != nil {
+		return fmt.Errorf("restart %s: %w", serverName(i), err)
+	}
 	if err := c.restart(serverName(i)); err != nil {
 		return err
 	}

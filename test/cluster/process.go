@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -228,4 +230,31 @@ func (c *Cluster) programs() []string {
 		}
 	}
 	return out
+}
+
+// listenable says whether addr can be listened on now.
+func listenable(addr string) bool {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	_ = l.Close()
+	return true
+}
+
+// waitListenable waits until addr can be listened on: a killed server's
+// connections, orphaned, may hold its port for a moment after it is gone.
+func waitListenable(ctx context.Context, addr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for !listenable(addr) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("port of %s still taken after %s", addr, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
 }
