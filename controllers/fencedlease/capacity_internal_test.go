@@ -15,7 +15,6 @@ import (
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/pace"
@@ -47,12 +46,11 @@ func idlePace() *pace.Pace {
 // WaitingForCapacity and nothing else: no finalizer, no Lease. Once the
 // operator has room again it is reconciled as any other.
 func TestSaturatedOperatorWritesOnlyTheStatusOfANewFencedLease(t *testing.T) {
-	s := testScheme(t)
 	fl := &fencingv1alpha1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "db", Generation: 1},
 		Spec:       fencingv1alpha1.FencedLeaseSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
 	}
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(fl).WithStatusSubresource(fl).Build()
+	c := fakeAPI(t, fl)
 	r := &Reconciler{Client: c, APIReader: c, Clock: clock.RealClock{}}
 	r.once.Do(r.defaults)
 	r.pace.pace = saturatedPace()
@@ -116,7 +114,6 @@ func TestSaturatedOperatorWritesOnlyTheStatusOfANewFencedLease(t *testing.T) {
 // measures: once the load is measured (two windows), the FencedLease goes
 // on to its finalizer, and its looks come no later than that.
 func TestRestartedOperatorGrantsAFencedLeaseLeftWaiting(t *testing.T) {
-	s := testScheme(t)
 	fl := &fencingv1alpha1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "db", Generation: 1},
 		Spec: fencingv1alpha1.FencedLeaseSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
@@ -124,7 +121,7 @@ func TestRestartedOperatorGrantsAFencedLeaseLeftWaiting(t *testing.T) {
 	}
 	meta.SetStatusCondition(&fl.Status.Conditions, metav1.Condition{Type: fencingv1alpha1.ConditionHeld, Status: metav1.ConditionFalse,
 		Reason: fencingv1alpha1.ReasonWaitingForCapacity, Message: "written by the process before"})
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(fl).WithStatusSubresource(fl).Build()
+	c := fakeAPI(t, fl)
 	clk := clocktesting.NewFakePassiveClock(time.Now())
 	r := &Reconciler{Client: c, APIReader: c, Clock: clk}
 	ctx, key := context.Background(), types.NamespacedName{Namespace: "n", Name: "db"}

@@ -145,7 +145,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		return r.waitForCapacity(ctx, fl)
 	}
 	if !controllerutil.ContainsFinalizer(fl, fencingv1alpha1.Finalizer) {
-		return ctrl.Result{}, r.addFinalizer(ctx, fl)
+		if err := r.addFinalizer(ctx, fl); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 
 	s := &scope{key: req.NamespacedName, fl: fl, recorded: *fl.Status.DeepCopy(), behind: r.mem.expired(req.NamespacedName)}
@@ -180,8 +182,9 @@ func (r *Reconciler) reconcileGone(ctx context.Context, key types.NamespacedName
 	return r.clearPods(ctx, key.Namespace, key.Name, "")
 }
 
-// addFinalizer adds the FencedLease's finalizer; its update triggers the
-// reconcile that goes on.
+// addFinalizer adds the FencedLease's finalizer. The reconcile goes on with
+// the FencedLease as the patch stored it: a first grant needs no second
+// look, which would wait for the cache to show the finalizer.
 func (r *Reconciler) addFinalizer(ctx context.Context, fl *fencingv1alpha1.FencedLease) error {
 	base := fl.DeepCopy()
 	controllerutil.AddFinalizer(fl, fencingv1alpha1.Finalizer)
@@ -198,6 +201,9 @@ func (r *Reconciler) finish(ctx context.Context, base *fencingv1alpha1.FencedLea
 	requeue, err := r.patchStatus(ctx, base, s, retErr == nil)
 	if err != nil {
 		retErr = kerrors.NewAggregate([]error{retErr, err})
+	}
+	if retErr == nil && !requeue {
+		r.publishCommitted(ctx, s)
 	}
 	switch {
 	case retErr != nil:
@@ -235,9 +241,11 @@ func (r *Reconciler) reconcileInputs(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	cached := l
-	if l, err = r.leaseBehindCache(ctx, s.key, l); err != nil {
-		s.inputErr = err
-		return ctrl.Result{}, err
+	if !unsaved(l) {
+		if l, err = r.leaseBehindCache(ctx, s.key, l); err != nil {
+			s.inputErr = err
+			return ctrl.Result{}, err
+		}
 	}
 	// A Lease read from the API server because the store went back is older
 	// than the status, which the cache of FencedLeases still holds from the

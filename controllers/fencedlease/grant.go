@@ -68,6 +68,17 @@ func firstRenewal(key types.NamespacedName, interval time.Duration) time.Duratio
 // deferral of a re-grant behind the renewals), and apply the write the plan
 // calls for, each a compare-and-swap on the Lease as read.
 func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result, error) {
+	res, err := r.decideAndApply(ctx, s)
+	if err == nil && !s.stale && unsaved(s.lease) {
+		// Nothing was granted: the Lease is created as it is.
+		if err = r.saveLease(ctx, s.lease); errors.Is(err, errLeaseLagging) {
+			s.stale, err = true, nil
+		}
+	}
+	return res, err
+}
+
+func (r *Reconciler) decideAndApply(ctx context.Context, s *scope) (ctrl.Result, error) {
 	in, err := r.gatherGrant(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -219,7 +230,7 @@ func (r *Reconciler) applyGrant(ctx context.Context, s *scope, in grantInputs) (
 	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 		ctrl.LoggerFrom(ctx).V(4).Info("Lease changed under us; looking again", "err", err.Error())
 		s.stale = true
-		if apierrors.IsConflict(err) {
+		if apierrors.IsConflict(err) && !unsaved(s.lease) {
 			r.checkCacheAhead(ctx, s)
 		}
 		return ctrl.Result{}, nil
@@ -363,8 +374,9 @@ func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease) (ctr
 	s.outcome.granted = true
 	r.transition(ctx, s.fl, transition{eventType: eventNormal, reason: fencingv1alpha1.EventGranted, pod: target.Name, fence: fence,
 		outcome: s.plan.Why, message: fmt.Sprintf("Granted the lease to pod %s with fence %d (%s)", target.Name, fence, s.plan.Why)})
-	// The status patch of this reconcile records the fence; the next one
-	// publishes it to the pod.
+	// The status patch of this reconcile records the fence, and the
+	// reconcile then publishes it to the pod (publishCommitted); the next
+	// one finishes what that could not.
 	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 }
 
@@ -392,10 +404,13 @@ func (r *Reconciler) checkFence(ctx context.Context, s *scope, rv string, floor 
 // demoteHolder tells the pod whose grant just ended that it is a standby. It
 // runs after the Lease write that ended the grant, on the version of the pod
 // the reconcile read. It is best effort: the pod may be gone or changed, and
-// the next reconcile, or the next publication, demotes it anyway.
+// the next reconcile, or the next publication, demotes it anyway. A pod
+// that carries nothing of this FencedLease (it moved on to another one,
+// which may have published it as its holder) is left alone: clearing it
+// would clear the other FencedLease's publication.
 func (r *Reconciler) demoteHolder(ctx context.Context, s *scope, uid types.UID, fence, grant int64) {
 	for _, pod := range s.pods.all() {
-		if pod.UID != uid {
+		if pod.UID != uid || publicationOf(pod, s.fl.Name).Bare() {
 			continue
 		}
 		action := holder.Standby

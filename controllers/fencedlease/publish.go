@@ -79,11 +79,32 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) (ctrl.Result, 
 		}
 	}
 	if target, fence := publishable(s); target != nil && len(errs) == 0 {
-		if err := r.publishHolder(ctx, s, target, fence); err != nil {
+		if err := r.publishHolder(ctx, s, target, fence, false); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return ctrl.Result{}, podErrors(ctx, s, append(errs, conditions...))
+}
+
+// publishCommitted publishes the grant this reconcile committed, once its
+// status patch has recorded it: the publication then needs no second
+// reconcile, which would wait for the caches to show the status and the
+// Lease that this one just wrote. The Lease as committed is as fresh as a
+// read, so step 1 of publishHolder is skipped; step 4 is not. Anything
+// that stops the publication here (a pod changed, a label not cached yet,
+// another grant) is left to the next reconcile, which the grant asked for.
+func (r *Reconciler) publishCommitted(ctx context.Context, s *scope) {
+	if !s.outcome.granted || s.stale || s.pods == nil {
+		return
+	}
+	s.recorded = *s.fl.Status.DeepCopy()
+	target, fence := publishable(s)
+	if target == nil {
+		return
+	}
+	if err := r.publishHolder(ctx, s, target, fence, true); err != nil {
+		ctrl.LoggerFrom(ctx).V(4).Info("Publishing the new grant on the next look", "holder", target.Name, "fence", fence, "err", err.Error())
+	}
 }
 
 // errLookAgain marks a publication that must wait for the caches to catch
@@ -141,7 +162,8 @@ func publishable(s *scope) (*corev1.Pod, int64) {
 // atomic, so the pod write is tied to the grant instead:
 //
 //  1. the Lease is read from the API server: the grant must be current (this
-//     only spares the pods a pointless marking by a replica that lags);
+//     only spares the pods a pointless marking by a replica that lags; a
+//     reconcile that has just committed the grant, committed, skips it);
 //  2. the pods that carry the lease's label are listed from the API server;
 //  3. every one of them but the holder is marked with this grant as a
 //     standby, and every one that is no longer a candidate is cleared: each
@@ -158,9 +180,11 @@ func publishable(s *scope) (*corev1.Pod, int64) {
 // which changed every labelled pod, so its write fails. Our own step 5 fails
 // the same way if a newer grant's step 3 came first. Hence no two pods are
 // ever published as holder at once, and published fences only grow.
-func (r *Reconciler) publishHolder(ctx context.Context, s *scope, target *corev1.Pod, fence int64) error {
-	if err := r.confirmGrant(ctx, s, target.UID, fence); err != nil {
-		return err
+func (r *Reconciler) publishHolder(ctx context.Context, s *scope, target *corev1.Pod, fence int64, committed bool) error {
+	if !committed {
+		if err := r.confirmGrant(ctx, s, target.UID, fence); err != nil {
+			return err
+		}
 	}
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))

@@ -22,7 +22,8 @@ func SetLogger() {
 	if os.Getenv("FENCEDLEASE_TEST_LOG") != "" {
 		out = os.Stderr
 	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(out), zap.UseDevMode(true), zap.Level(zapcore.Level(-5))))
+	ctrl.SetLogger(zap.New(zap.WriteTo(out), zap.UseDevMode(true), zap.Level(zapcore.Level(-5)),
+		func(o *zap.Options) { o.TimeEncoder = zapcore.RFC3339NanoTimeEncoder }))
 }
 
 // Main is the TestMain of an integration test package: it sets the logger,
