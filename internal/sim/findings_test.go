@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -59,14 +60,19 @@ func holds(g Gomega, sc *sim.Script, pod string) int64 {
 	return st.Fence
 }
 
-// recordsHolder reconciles on replica 0 until the status names pod as holder
-// (it is not published yet).
-func recordsHolder(g Gomega, sc *sim.Script, pod string) {
+// recordsHolder reconciles on a replica until the status names pod as
+// holder, and fails the publication's first request (the list of the
+// labelled pods), so that the grant is recorded and not published yet.
+func recordsHolder(g Gomega, sc *sim.Script, replica int, pod string) {
 	for i := 0; i < 5; i++ {
 		if h := status(g, sc, "db").Holder; h != nil && h.PodName == pod {
 			return
 		}
-		sc.Reconcile(0, "db")
+		sc.Start(replica, "db")
+		if sc.RunUntil(replica, "db", fmt.Sprintf("r%d live list Pod", replica)) {
+			sc.Fail(replica, "db")
+		}
+		sc.Finish(replica, "db")
 	}
 	g.Expect(status(g, sc, "db").Holder).NotTo(BeNil())
 	g.Expect(status(g, sc, "db").Holder.PodName).To(Equal(pod))
@@ -136,7 +142,7 @@ func TestPausedPublisherCannotPublishAnEndedGrant(t *testing.T) {
 
 	// a fails; replica 0 grants b and records it, but does not publish it.
 	g.Expect(sc.SetReady("a", false)).To(Succeed())
-	recordsHolder(g, sc, "b")
+	recordsHolder(g, sc, 0, "b")
 	g.Expect(status(g, sc, "db").Holder.PodName).To(Equal("b"))
 	g.Expect(sc.Holders("db")).To(BeEmpty())
 
@@ -171,7 +177,7 @@ func TestPublisherWithStalePodCacheDemotesThePreviousHolder(t *testing.T) {
 	// c fails; replica 0 grants a and records it, not yet published: a
 	// still reads as a standby, and so it stays in replica 1's pod cache.
 	g.Expect(sc.SetReady("c", false)).To(Succeed())
-	recordsHolder(g, sc, "a")
+	recordsHolder(g, sc, 0, "a")
 	g.Expect(sc.Holders("db")).To(BeEmpty())
 	sc.Reconcile(1, "db") // replica 1 publishes a...
 	sc.Freeze(1, "Pod")   // ...but its pod cache never sees it
@@ -322,10 +328,7 @@ func TestPublicationMarksAStandbyItsCacheCouldNotDemote(t *testing.T) {
 
 	// a's node is lost; replica 1 grants b and records it.
 	g.Expect(sc.LoseNode("n0")).To(Succeed())
-	for i := 0; i < 5 && (status(g, sc, "db").Holder == nil || status(g, sc, "db").Holder.PodName != "b"); i++ {
-		sc.Reconcile(1, "db")
-	}
-	g.Expect(status(g, sc, "db").Holder.PodName).To(Equal("b"))
+	recordsHolder(g, sc, 1, "b")
 	second := status(g, sc, "db").Fence
 	g.Expect(second).To(BeNumerically(">", first))
 

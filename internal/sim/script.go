@@ -175,6 +175,22 @@ func (sc *Script) Step(replica int, name string) bool {
 	return true
 }
 
+// Fail answers the call the reconcile waits on with an error, as a request
+// that timed out before it reached the API server, without running it. It
+// returns false when the reconcile has finished.
+func (sc *Script) Fail(replica int, name string) bool {
+	a := sc.actor(replica, name)
+	if a == nil || a.next == nil {
+		return false
+	}
+	c := a.next
+	sc.s.tracef("%s", c.desc)
+	sc.s.tracef("  -> failed by the script")
+	c.reply <- context.DeadlineExceeded
+	sc.s.await(a)
+	return true
+}
+
 // RunUntil runs the reconcile's calls until the call it waits on contains
 // want, without running that one. It returns false if the reconcile finished
 // first.
