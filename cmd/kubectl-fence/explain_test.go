@@ -42,6 +42,7 @@ func TestExplainRecognizesEveryDenial(t *testing.T) {
 		{rules.ReasonNotHolder, req(rules.Create, nil, obj("db", fence("41")), standby), held},
 		{rules.ReasonWriteNotPod, req(rules.Create, nil, obj("db", fence("41")), rules.Caller{Username: "alice"}), held},
 		{rules.ReasonDeleteNotPod, req(rules.Delete, obj("db", fence("41")), nil, rules.Caller{Username: "alice"}), held},
+		{rules.ReasonDeleteOlderWrite, req(rules.Delete, obj("db", fence("40")), nil, holder), held},
 	}
 	g := NewWithT(t)
 	covered := map[rules.Reason]bool{}

@@ -155,6 +155,15 @@ func decideHolder(r Request, lease Lease, d Decision) Decision {
 // FencedLease has made: a stored fence above the current one was never
 // granted (a restore of the storage, or an annotation written by a
 // break-glass user), and the holder of an older grant must not delete it.
+//
+// A DELETE needs more: the object must have been last written with the
+// current fence. The pod's identity says which pod deletes, not under which
+// of its grants: a pod that lost the lease and was granted it again may
+// still run a process of its old grant (paused, then woken), and that
+// process, by identity the holder, would delete what the holders in between
+// wrote. A write carries its fence, so a stale process cannot put the
+// current one on the object; the holder does, then deletes that version
+// (pkg/fencedcontroller's Delete does both).
 func decideDelete(r Request, lease Lease, d Decision, m messages) Decision {
 	switch {
 	case !lease.Found:
@@ -164,8 +173,12 @@ func decideDelete(r Request, lease Lease, d Decision, m messages) Decision {
 	case r.Caller.PodUID != lease.Holder.PodUID:
 		return deny(d, ReasonNotHolder, m.notHolder(lease.Holder))
 	}
-	if stored := storedFence(r.Old, d.Lease); stored > lease.Fence {
+	stored := storedFence(r.Old, d.Lease)
+	switch {
+	case stored > lease.Fence:
 		return deny(d, ReasonUnknownFence, m.storedUnknown(stored))
+	case r.Operation == Delete && stored < lease.Fence:
+		return deny(d, ReasonDeleteOlderWrite, m.deleteOlderWrite(stored))
 	}
 	return allow(d, ReasonHolder)
 }
@@ -293,6 +306,15 @@ func (m messages) notHolder(h *Holder) string {
 func (m messages) writeNotPod() string {
 	return fmt.Sprintf("%s: user %q is not a pod: only the holder pod of FencedLease %q may write this object (a fence is no proof of identity)",
 		m.rejected(), m.r.Caller.Username, m.lease)
+}
+
+func (m messages) deleteOlderWrite(stored int64) string {
+	was := fmt.Sprintf("was last written with fence %d", stored)
+	if stored == 0 {
+		was = "carries no fence"
+	}
+	return fmt.Sprintf("%s: the object %s, not with the current fence %d of FencedLease %q: the holder deletes only what carries its current fence (write %s=%d on it first, then delete that version)",
+		m.rejected(), was, m.current, m.lease, fencingv1alpha1.AnnotationFence, m.current)
 }
 
 func (m messages) deleteNotPod() string {

@@ -180,7 +180,17 @@ func TestDecide(t *testing.T) {
 			name: "holder deletes an object with a newer fence", staleWrite: true, req: del(podA, obj("db", "43")), lease: heldA, reason: ReasonUnknownFence,
 			message: `ConfigMap team-a/state: delete rejected: the object carries fence 43, which FencedLease "db" never granted (it is at fence 42)`,
 		},
-		{name: "holder deletes an object with an older fence", req: del(podA, obj("db", "41")), lease: heldA, allowed: true, reason: ReasonHolder},
+		{
+			// The pod's identity cannot tell its grant 42 from an older
+			// grant of its own whose process still acts: the object must
+			// carry the current fence.
+			name: "holder deletes an object with an older fence", req: del(podA, obj("db", "41")), lease: heldA, reason: ReasonDeleteOlderWrite,
+			message: `ConfigMap team-a/state: delete rejected: the object was last written with fence 41, not with the current fence 42 of FencedLease "db": the holder deletes only what carries its current fence (write fencedlease.io/fence=42 on it first, then delete that version)`,
+		},
+		{
+			name: "holder deletes an object without a fence", req: del(podA, obj("db", "-")), lease: heldA, reason: ReasonDeleteOlderWrite,
+			message: `ConfigMap team-a/state: delete rejected: the object carries no fence, not with the current fence 42 of FencedLease "db": the holder deletes only what carries its current fence (write fencedlease.io/fence=42 on it first, then delete that version)`,
+		},
 		{
 			name: "stale holder deletes the new holder's object", staleWrite: true, req: del(podA, obj("db", "43")),
 			lease: Lease{Found: true, Fence: 43, Holder: &Holder{PodName: "b", PodUID: "uid-b"}}, reason: ReasonNotHolder,

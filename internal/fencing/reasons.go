@@ -21,7 +21,7 @@ const (
 	// ownerReferences and finalizers (orphaning).
 	ReasonSystemCleanup Reason = "system_cleanup"
 	// ReasonHolder: a write with the current fence by the holder pod, or a
-	// DELETE by the holder pod.
+	// DELETE by the holder pod of an object last written with that fence.
 	ReasonHolder Reason = "holder"
 )
 
@@ -61,6 +61,13 @@ const (
 	// ReasonDeleteNotPod: a DELETE by a caller that is neither a pod nor a
 	// privileged principal; a DELETE cannot carry a fence.
 	ReasonDeleteNotPod Reason = "delete_not_pod"
+	// ReasonDeleteOlderWrite: a DELETE by the holder pod of an object that
+	// was not last written with the current fence. A DELETE carries no
+	// fence, so the holder pod's identity cannot tell its current grant
+	// from an older grant of the same pod, whose process may still act
+	// (paused, then woken): the holder writes the current fence on the
+	// object first, then deletes that version.
+	ReasonDeleteOlderWrite Reason = "delete_older_write"
 )
 
 // Decision is the outcome of Decide.

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -50,8 +51,12 @@ type ClientOptions struct {
 //   - writes of a subresource (Status(), SubResource("scale"), ...) set the
 //     field manager to "<manager>;fencedlease.io/fence=<N>" (FieldManager),
 //     <manager> being the write's own field manager or o.FieldManager;
-//   - Delete and DeleteAllOf carry no fence (a delete cannot): the fencing
-//     webhook admits them from the current holder pod only.
+//   - Delete writes the fence on the object first, then deletes the version
+//     that write made (the fencing webhook admits a delete from the current
+//     holder pod only, of an object carrying its current fence);
+//     DeleteAllOf carries no fence (a delete cannot), so it deletes only
+//     the objects last written with the current fence: the webhook denies
+//     the others.
 //
 // Each write asks g for the grant right before it is sent and is refused,
 // without being sent, when there is none: the error wraps fence.ErrNotHolder
@@ -217,16 +222,33 @@ func toUnstructured(obj runtime.ApplyConfiguration) (*unstructured.Unstructured,
 	return u, nil
 }
 
-// Delete deletes obj while a grant is held; it carries no fence.
+// Delete deletes obj while a grant is held. A delete carries no fence, and
+// the fencing webhook admits one from the holder pod only of an object last
+// written with the current fence (a pod's identity cannot tell its current
+// grant from an older one of its own). So the fence is written on obj first,
+// by a merge patch stamped as any other (on the resourceVersion of the
+// caller's precondition, if it gives one), and then the version that patch
+// made is deleted, with a precondition on it: a write in between makes the
+// delete fail with a conflict instead of deleting what it did not see.
 func (c *fencedClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
 	if _, err := c.grant("delete", c.describe(obj)); err != nil {
 		return err
 	}
-	return c.inner.Delete(ctx, obj, opts...)
+	o := (&client.DeleteOptions{}).ApplyOptions(opts)
+	patch := []byte(`{}`)
+	if o.Preconditions != nil && o.Preconditions.ResourceVersion != nil {
+		patch = fmt.Appendf(nil, `{"metadata":{"resourceVersion":%q}}`, *o.Preconditions.ResourceVersion)
+	}
+	if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("write the fence on %s before deleting it: %w", c.describe(obj), err)
+	}
+	rv := obj.GetResourceVersion()
+	return c.inner.Delete(ctx, obj, append(opts, client.Preconditions{ResourceVersion: &rv})...)
 }
 
 // DeleteAllOf deletes the objects while a grant is held; it carries no
-// fence.
+// fence, so of the protected ones only those last written with the current
+// fence are deleted (the webhook denies the others).
 func (c *fencedClient) DeleteAllOf(ctx context.Context, obj client.Object, opts ...client.DeleteAllOfOption) error {
 	what := c.describe(obj)
 	if o := (&client.DeleteAllOfOptions{}).ApplyOptions(opts); o.Namespace != "" {

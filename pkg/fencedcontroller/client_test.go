@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -165,6 +166,8 @@ type write struct {
 	name string
 	do   func(ctx context.Context, c client.Client) error
 	want sent
+	// first is what the client sends before the write itself, if anything.
+	first *sent
 }
 
 // writes are every kind of write, each with what the wrapped client must
@@ -179,45 +182,45 @@ func writes() []write {
 	return []write{
 		{"create", func(ctx context.Context, c client.Client) error {
 			return c.Create(ctx, cm("new"))
-		}, sent{verb: "create", annotation: "42"}},
+		}, sent{verb: "create", annotation: "42"}, nil},
 		{"update", func(ctx context.Context, c client.Client) error {
 			obj := cm("state")
 			get(ctx, c, obj)
 			obj.Data["k"] = "w"
 			return c.Update(ctx, obj)
-		}, sent{verb: "update", annotation: "42"}},
+		}, sent{verb: "update", annotation: "42"}, nil},
 		{"merge patch that does not change the annotation", func(ctx context.Context, c client.Client) error {
 			obj := cm("state")
 			get(ctx, c, obj)
 			orig := obj.DeepCopy()
 			obj.Data["k"] = "w"
 			return c.Patch(ctx, obj, client.MergeFrom(orig))
-		}, sent{verb: "patch", annotation: "42"}},
+		}, sent{verb: "patch", annotation: "42"}, nil},
 		{"merge patch with an optimistic lock", func(ctx context.Context, c client.Client) error {
 			obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}
 			get(ctx, c, obj)
 			orig := obj.DeepCopy()
 			obj.Spec.Paused = true
 			return c.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-		}, sent{verb: "patch", annotation: "42"}},
+		}, sent{verb: "patch", annotation: "42"}, nil},
 		{"strategic merge patch", func(ctx context.Context, c client.Client) error {
 			obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}
 			get(ctx, c, obj)
 			orig := obj.DeepCopy()
 			obj.Spec.MinReadySeconds = 5
 			return c.Patch(ctx, obj, client.StrategicMergeFrom(orig))
-		}, sent{verb: "patch", annotation: "42"}},
+		}, sent{verb: "patch", annotation: "42"}, nil},
 		{"JSON patch", func(ctx context.Context, c client.Client) error {
 			return c.Patch(ctx, cm("state"), client.RawPatch(types.JSONPatchType, []byte(`[{"op":"replace","path":"/data/k","value":"w"}]`)))
-		}, sent{verb: "patch", annotation: "42"}},
+		}, sent{verb: "patch", annotation: "42"}, nil},
 		{"apply patch", func(ctx context.Context, c client.Client) error {
 			obj := cm("applied")
 			obj.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}
 			return c.Patch(ctx, obj, client.Apply, client.FieldOwner("widget-controller")) //nolint:staticcheck // the deprecated apply patch is a write like any other
-		}, sent{verb: "patch", annotation: "42", fieldManager: "widget-controller"}},
+		}, sent{verb: "patch", annotation: "42", fieldManager: "widget-controller"}, nil},
 		{"apply of a typed configuration", func(ctx context.Context, c client.Client) error {
 			return c.Apply(ctx, corev1ac.ConfigMap("applied", ns).WithData(map[string]string{"k": "v"}), client.FieldOwner("widget-controller"))
-		}, sent{verb: "apply", annotation: "42", fieldManager: "widget-controller"}},
+		}, sent{verb: "apply", annotation: "42", fieldManager: "widget-controller"}, nil},
 		{"apply of an unstructured configuration", func(ctx context.Context, c client.Client) error {
 			u := &unstructured.Unstructured{}
 			u.SetAPIVersion("v1")
@@ -225,42 +228,42 @@ func writes() []write {
 			u.SetNamespace(ns)
 			u.SetName("applied")
 			return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("widget-controller"))
-		}, sent{verb: "apply", annotation: "42", fieldManager: "widget-controller"}},
+		}, sent{verb: "apply", annotation: "42", fieldManager: "widget-controller"}, nil},
 		{"delete", func(ctx context.Context, c client.Client) error {
 			return c.Delete(ctx, cm("state"))
-		}, sent{verb: "delete"}},
+		}, sent{verb: "delete"}, &sent{verb: "patch", annotation: "42"}},
 		{"delete all of", func(ctx context.Context, c client.Client) error {
 			return c.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(ns))
-		}, sent{verb: "deleteallof"}},
+		}, sent{verb: "deleteallof"}, nil},
 		{"status update", func(ctx context.Context, c client.Client) error {
 			obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}
 			get(ctx, c, obj)
 			obj.Status.ObservedGeneration = 3
 			return c.Status().Update(ctx, obj)
-		}, sent{verb: "update", subResource: "status", fieldManager: fm}},
+		}, sent{verb: "update", subResource: "status", fieldManager: fm}, nil},
 		{"status patch with the caller's own field manager", func(ctx context.Context, c client.Client) error {
 			obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}
 			get(ctx, c, obj)
 			orig := obj.DeepCopy()
 			obj.Status.ObservedGeneration = 4
 			return c.Status().Patch(ctx, obj, client.MergeFrom(orig), client.FieldOwner("status-writer"))
-		}, sent{verb: "patch", subResource: "status", fieldManager: "status-writer;fencedlease.io/fence=42"}},
+		}, sent{verb: "patch", subResource: "status", fieldManager: "status-writer;fencedlease.io/fence=42"}, nil},
 		{"status apply", func(ctx context.Context, c client.Client) error {
 			return c.Status().Apply(ctx, appsv1ac.Deployment("app", ns).WithStatus(appsv1ac.DeploymentStatus().WithObservedGeneration(5)),
 				client.FieldOwner("widget-controller"))
-		}, sent{verb: "apply", subResource: "status", fieldManager: fm}},
+		}, sent{verb: "apply", subResource: "status", fieldManager: fm}, nil},
 		{"status create", func(ctx context.Context, c client.Client) error {
 			return c.Status().Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}, &appsv1.Deployment{})
-		}, sent{verb: "create", subResource: "status", fieldManager: fm}},
+		}, sent{verb: "create", subResource: "status", fieldManager: fm}, nil},
 		{"scale update", func(ctx context.Context, c client.Client) error {
 			obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}
 			return c.SubResource("scale").Update(ctx, obj,
 				client.WithSubResourceBody(&autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 2}}))
-		}, sent{verb: "update", subResource: "scale", fieldManager: fm}},
+		}, sent{verb: "update", subResource: "scale", fieldManager: fm}, nil},
 		{"scale patch", func(ctx context.Context, c client.Client) error {
 			obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}
 			return c.SubResource("scale").Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":3}}`)))
-		}, sent{verb: "patch", subResource: "scale", fieldManager: fm}},
+		}, sent{verb: "patch", subResource: "scale", fieldManager: fm}, nil},
 	}
 }
 
@@ -274,7 +277,11 @@ func TestClientStampsEveryWrite(t *testing.T) {
 			rec.sent = nil
 			err := w.do(context.Background(), c)
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(rec.sent).To(Equal([]sent{w.want}))
+			want := []sent{w.want}
+			if w.first != nil {
+				want = []sent{*w.first, w.want}
+			}
+			g.Expect(rec.sent).To(Equal(want))
 		})
 	}
 }
@@ -309,4 +316,26 @@ func TestApplyDecodesTheAnswer(t *testing.T) {
 	g.Expect(inner.Get(context.Background(), client.ObjectKeyFromObject(stored), stored)).To(Succeed())
 	g.Expect(stored.Annotations).To(HaveKeyWithValue(fence.Annotation, "42"))
 	g.Expect(stored.Data).To(Equal(map[string]string{"k": "v"}))
+}
+
+// TestDeleteWritesTheFenceOnTheVersionItDeletes: Delete writes the fence on
+// the object, then deletes the version that write made; a caller's
+// precondition on an older version fails the fence write, and nothing is
+// deleted.
+func TestDeleteWritesTheFenceOnTheVersionItDeletes(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	c, inner, _ := newClients(t, true)
+	obj := cm("state")
+	g.Expect(inner.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+	old := obj.ResourceVersion
+	obj.Data = map[string]string{"k": "changed"}
+	g.Expect(inner.Update(ctx, obj)).To(Succeed())
+
+	err := c.Delete(ctx, cm("state"), client.Preconditions{ResourceVersion: &old})
+	g.Expect(apierrors.IsConflict(err)).To(BeTrue(), "a delete on an older version: %v", err)
+	g.Expect(inner.Get(ctx, client.ObjectKeyFromObject(obj), &corev1.ConfigMap{})).To(Succeed(), "deleted although its precondition failed")
+
+	g.Expect(c.Delete(ctx, cm("state"), client.Preconditions{ResourceVersion: &obj.ResourceVersion})).To(Succeed())
+	g.Expect(apierrors.IsNotFound(inner.Get(ctx, client.ObjectKeyFromObject(obj), &corev1.ConfigMap{}))).To(BeTrue())
 }

@@ -47,7 +47,7 @@ var labelSets = func() [][2]string {
 	}
 	for _, r := range []fencing.Reason{fencing.ReasonLabelChanged, fencing.ReasonInvalidLabel, fencing.ReasonMissingFence, fencing.ReasonMalformedFence,
 		fencing.ReasonObjectFenceRegression, fencing.ReasonStaleFence, fencing.ReasonUnknownFence, fencing.ReasonLeaseNotFound, fencing.ReasonNoHolder,
-		fencing.ReasonNotHolder, fencing.ReasonWriteNotPod, fencing.ReasonDeleteNotPod} {
+		fencing.ReasonNotHolder, fencing.ReasonWriteNotPod, fencing.ReasonDeleteNotPod, fencing.ReasonDeleteOlderWrite} {
 		out = append(out, [2]string{resultDenied, string(r)})
 	}
 	return append(out, [2]string{resultError, reasonBadRequest}, [2]string{resultError, reasonReadError})

@@ -3,6 +3,7 @@ package protected_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 
@@ -49,4 +50,34 @@ func TestStaleHolderIsRejected(t *testing.T) {
 
 	f.g.Eventually(func() []string { return f.events("db") }).WithTimeout(timeout).Should(ContainElement(
 		fencingv1alpha1.EventStaleWriteRejected + ": " + fmt.Sprintf("ConfigMap %s/state: %s", f.ns, stale)))
+}
+
+// TestRegrantedPodDeletesOnlyWhatItsCurrentGrantWrote: pod a holds fence N,
+// loses the lease to b (M), which writes the object, and is granted it
+// again (K). A delete carries no fence, so a's identity cannot tell its
+// process of grant N (paused, then woken) from its process of grant K: a
+// delete of what b wrote with M is rejected, and a deletes the object only
+// once it has written its current fence K on it.
+func TestRegrantedPodDeletesOnlyWhatItsCurrentGrantWrote(t *testing.T) {
+	f := newFixture(t)
+	f.startOperator(testenv.ManagerOptions{})
+	a, b, n, asA, asB := f.holderAndStandby()
+	f.g.Expect(asA.Create(f.ctx, f.configMap("state", "db", fenceOf(n), "v1 by a"))).To(Succeed())
+
+	f.g.Expect(testenv.SetContainersNotReady(f.ctx, f.c, a)).To(Succeed())
+	m := f.waitHolder("db", "b", n)
+	f.g.Expect(f.writeCM(asB, "state", fenceOf(m), "v2 by b")).To(Succeed())
+	f.g.Expect(testenv.SetReady(f.ctx, f.c, a, time.Now().Add(-time.Hour))).To(Succeed())
+	f.g.Expect(testenv.SetContainersNotReady(f.ctx, f.c, b)).To(Succeed())
+	k := f.waitHolder("db", "a", m)
+
+	obj := fmt.Sprintf("ConfigMap %s/state", f.ns)
+	f.expectDenied(asA.Delete(f.ctx, f.configMap("state", "db", "", "")), fmt.Sprintf(
+		`%s: delete rejected: the object was last written with fence %d, not with the current fence %d of FencedLease "db": the holder deletes only what carries its current fence (write fencedlease.io/fence=%d on it first, then delete that version)`,
+		obj, m, k, k))
+	value, stored := f.storedCM("state")
+	f.g.Expect([]string{value, stored}).To(Equal([]string{"v2 by b", fenceOf(m)}))
+
+	f.g.Expect(f.writeCM(asA, "state", fenceOf(k), "v3 by a")).To(Succeed())
+	f.g.Expect(asA.Delete(f.ctx, f.configMap("state", "db", "", ""))).To(Succeed())
 }
