@@ -113,9 +113,11 @@ func TestHolderConditionIsRepairedWhenItsWriteFails(t *testing.T) {
 }
 
 // TestHolderConditionLeavesTheKubeletsConditionsAlone: between the moment a
-// reconcile read the new holder from its cache and its publication, the
-// kubelet reports the holder's containers not ready. The holder condition
-// the publication writes must not bring back the cached ContainersReady.
+// reconcile read the new holder from its cache and its publication (right
+// after the status patch that records the grant, in the same reconcile),
+// the kubelet reports the holder's containers not ready. The holder
+// condition the publication writes must not bring back the cached
+// ContainersReady.
 func TestHolderConditionLeavesTheKubeletsConditionsAlone(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -127,19 +129,15 @@ func TestHolderConditionLeavesTheKubeletsConditionsAlone(t *testing.T) {
 	var once sync.Once
 	wrap := func(c client.Client) client.Client {
 		return testenv.Intercept(c, interceptor.Funcs{
-			// The first cache read of the pods once b's grant is recorded
-			// and not yet published: the kubelet writes right after it.
-			List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-				err := cl.List(ctx, list, opts...)
-				if _, ok := list.(*corev1.PodList); ok && err == nil && !injected.Load() && f.grantedNotPublished("db", "b") {
-					injected.Store(true)
-					kubelet <- testenv.SetContainersNotReady(f.ctx, f.c, f.pod("b"))
-				}
-				return err
-			},
 			SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 				status := holderConditionIn(obj, patch)
 				err := cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
+				// The status patch that records b's grant, before its
+				// publication: the kubelet writes right after it.
+				if _, ok := obj.(*fencingv1alpha1.FencedLease); ok && err == nil && !injected.Load() && f.grantedNotPublished("db", "b") {
+					injected.Store(true)
+					kubelet <- testenv.SetContainersNotReady(f.ctx, f.c, f.pod("b"))
+				}
 				if err == nil && obj.GetName() == "b" && status == corev1.ConditionTrue && injected.Load() {
 					once.Do(func() { after <- f.conditions("b")[corev1.ContainersReady] })
 				}
