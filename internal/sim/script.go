@@ -160,33 +160,36 @@ func (sc *Script) Next(replica int, name string) string {
 // Step runs the call the reconcile waits on. It returns false when the
 // reconcile has finished.
 func (sc *Script) Step(replica int, name string) bool {
-	a := sc.actor(replica, name)
-	if a == nil || a.next == nil {
-		return false
-	}
-	c := a.next
-	sc.s.tracef("%s", c.desc)
-	err := c.exec()
-	if err != nil {
-		sc.s.tracef("  -> %s", firstLine(err.Error()))
-	}
-	c.reply <- err
-	sc.s.await(a)
-	return true
+	return sc.answer(replica, name, func(c *call) error {
+		err := c.exec()
+		if err != nil {
+			sc.s.tracef("  -> %s", firstLine(err.Error()))
+		}
+		return err
+	})
 }
 
 // Fail answers the call the reconcile waits on with an error, as a request
 // that timed out before it reached the API server, without running it. It
 // returns false when the reconcile has finished.
 func (sc *Script) Fail(replica int, name string) bool {
+	return sc.answer(replica, name, func(*call) error {
+		sc.s.tracef("  -> failed by the script")
+		return context.DeadlineExceeded
+	})
+}
+
+// answer replies to the call the reconcile waits on with what reply
+// returns, and waits for the reconcile's next call or its end. It returns
+// false when the reconcile has finished.
+func (sc *Script) answer(replica int, name string, reply func(*call) error) bool {
 	a := sc.actor(replica, name)
 	if a == nil || a.next == nil {
 		return false
 	}
 	c := a.next
 	sc.s.tracef("%s", c.desc)
-	sc.s.tracef("  -> failed by the script")
-	c.reply <- context.DeadlineExceeded
+	c.reply <- reply(c)
 	sc.s.await(a)
 	return true
 }
