@@ -20,6 +20,7 @@ type observation struct {
 	grant     string // identifies one grant: transitions and holder UID
 	rv        string // the newest Lease resourceVersion seen; older reads are ignored
 	renewTime string // the Lease's renewTime when last seen
+	fence     int64  // the fence the Lease recorded when last seen
 	renewedAt time.Time
 	grantedAt time.Time
 	maxFence  int64 // highest fence seen for this FencedLease
@@ -56,7 +57,12 @@ func renewTimeOf(l *coordinationv1.Lease) string {
 // observe records the Lease as seen now and returns the clock of its grant.
 // A changed renewTime on the same grant is a renewal confirmed by someone
 // (another replica, the holder, or this one before a lost response); renewed
-// reports one.
+// reports one. A risen fence on the same grant is its commit, seen for the
+// first time: the holder may act from the commit on, whenever it was
+// applied, and a commit's renewTime is when it was computed, which can be
+// long before (a write that sat in flight), or the renewTime already seen.
+// So the commit counts as a renewal now, when it is first seen, whatever
+// its renewTime says.
 func (o *memories) observe(key types.NamespacedName, l *coordinationv1.Lease, fence int64) (c holder.Clock, renewed bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -65,11 +71,13 @@ func (o *memories) observe(key types.NamespacedName, l *coordinationv1.Lease, fe
 	case !newer(l.ResourceVersion, obs.rv):
 		// A read older than one already seen (a lagging cache) says nothing new.
 	case obs.grant != g:
-		obs.grant, obs.renewTime, obs.renewedAt, obs.grantedAt = g, renewTimeOf(l), now, now
+		obs.grant, obs.renewTime, obs.fence, obs.renewedAt, obs.grantedAt = g, renewTimeOf(l), fenceAnnotation(l.Annotations), now, now
 		obs.inherited = true
 	case renewTimeOf(l) != obs.renewTime:
-		obs.renewTime, obs.renewedAt = renewTimeOf(l), now
+		obs.renewTime, obs.fence, obs.renewedAt = renewTimeOf(l), max(obs.fence, fenceAnnotation(l.Annotations)), now
 		renewed = true
+	case fenceAnnotation(l.Annotations) > obs.fence:
+		obs.fence, obs.renewedAt = fenceAnnotation(l.Annotations), now
 	}
 	if newer(l.ResourceVersion, obs.rv) {
 		obs.rv, obs.dropped = l.ResourceVersion, nil
@@ -123,7 +131,7 @@ func (o *memories) confirmed(key types.NamespacedName, l *coordinationv1.Lease, 
 	if newGrant || obs.grant != grantKey(l) {
 		obs.grant, obs.grantedAt = grantKey(l), now
 	}
-	obs.renewTime, obs.renewedAt, obs.rv = renewTimeOf(l), now, l.ResourceVersion
+	obs.renewTime, obs.fence, obs.renewedAt, obs.rv = renewTimeOf(l), fenceAnnotation(l.Annotations), now, l.ResourceVersion
 	obs.inherited = false
 	if fence > obs.maxFence {
 		obs.maxFence = fence

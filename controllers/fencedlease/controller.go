@@ -241,9 +241,11 @@ func (r *Reconciler) reconcileInputs(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	cached := l
-	if l, err = r.leaseBehindCache(ctx, s.key, l); err != nil {
-		s.inputErr = err
-		return ctrl.Result{}, err
+	if !unsaved(l) {
+		if l, err = r.leaseBehindCache(ctx, s.key, l); err != nil {
+			s.inputErr = err
+			return ctrl.Result{}, err
+		}
 	}
 	// A Lease read from the API server because the store went back is older
 	// than the status, which the cache of FencedLeases still holds from the

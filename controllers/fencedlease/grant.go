@@ -68,6 +68,17 @@ func firstRenewal(key types.NamespacedName, interval time.Duration) time.Duratio
 // deferral of a re-grant behind the renewals), and apply the write the plan
 // calls for, each a compare-and-swap on the Lease as read.
 func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result, error) {
+	res, err := r.decideAndApply(ctx, s)
+	if err == nil && !s.stale && unsaved(s.lease) {
+		// Nothing was granted: the Lease is created as it is.
+		if err = r.saveLease(ctx, s.lease); errors.Is(err, errLeaseLagging) {
+			s.stale, err = true, nil
+		}
+	}
+	return res, err
+}
+
+func (r *Reconciler) decideAndApply(ctx context.Context, s *scope) (ctrl.Result, error) {
 	in, err := r.gatherGrant(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -219,7 +230,7 @@ func (r *Reconciler) applyGrant(ctx context.Context, s *scope, in grantInputs) (
 	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 		ctrl.LoggerFrom(ctx).V(4).Info("Lease changed under us; looking again", "err", err.Error())
 		s.stale = true
-		if apierrors.IsConflict(err) {
+		if apierrors.IsConflict(err) && !unsaved(s.lease) {
 			r.checkCacheAhead(ctx, s)
 		}
 		return ctrl.Result{}, nil

@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/holder"
@@ -58,6 +59,63 @@ func TestAGrantIsPublishedByTheReconcileThatCommitsIt(t *testing.T) {
 	}
 	if got := published(t, c, "a"); got != 0 {
 		t.Fatalf("takeover: pod a still carries holder fence %d", got)
+	}
+}
+
+// TestAFirstGrantCreatesTheLeaseGranted: the first grant of a FencedLease
+// creates its Lease already granted, and commits it: two Lease writes, not
+// an empty Lease first and the grant on it. A FencedLease with nobody to
+// grant still gets its Lease, empty.
+func TestAFirstGrantCreatesTheLeaseGranted(t *testing.T) {
+	ctx, key := context.Background(), types.NamespacedName{Namespace: "n", Name: "db"}
+	fl := &fencingv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "db", Generation: 1, Finalizers: []string{fencingv1alpha1.Finalizer}},
+		Spec:       fencingv1alpha1.FencedLeaseSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
+	}
+	c, r := grantWorld(t, fl)
+	var creates, updates int
+	r.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*coordinationv1.Lease); ok {
+				creates++
+			}
+			return cl.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if _, ok := obj.(*coordinationv1.Lease); ok {
+				updates++
+			}
+			return cl.Update(ctx, obj, opts...)
+		},
+	})
+
+	// Nobody to grant: the Lease is created, with no grant.
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	l := &coordinationv1.Lease{}
+	if err := c.Get(ctx, key, l); err != nil {
+		t.Fatalf("no candidate: %v, want the Lease created empty", err)
+	}
+	if v := holder.LeaseOf(l); v.State != "" || l.Spec.HolderIdentity != nil || creates != 1 || updates != 0 {
+		t.Fatalf("no candidate: Lease state %q holder %v after %d creates, %d updates; want an empty Lease, one create", v.State, l.Spec.HolderIdentity, creates, updates)
+	}
+
+	// A FencedLease of another name with a candidate: its Lease is created
+	// granted, then committed.
+	creates = 0
+	fl2 := fl.DeepCopy()
+	fl2.Name, fl2.ResourceVersion, fl2.Spec.Selector.MatchLabels = "web", "", map[string]string{"app": "web"}
+	pod := runningPod("w", time.Hour)
+	pod.Labels["app"] = "web"
+	for _, obj := range []client.Object{fl2, pod} {
+		if err := c.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fence := reconcileUntilCommitted(t, r, c, types.NamespacedName{Namespace: "n", Name: "web"}, 0)
+	if creates != 1 || updates != 1 {
+		t.Errorf("first grant (fence %d): %d Lease creates and %d updates, want 1 and 1 (created granted, committed)", fence, creates, updates)
 	}
 }
 
@@ -153,3 +211,4 @@ func TestDemotingLeavesAPodOfAnotherFencedLeaseAlone(t *testing.T) {
 		t.Fatalf("pod p8 carries holder fence %d of db after other demoted it, want 240 untouched", got)
 	}
 }
+

@@ -44,7 +44,11 @@ var errLeaseLagging = errors.New("the Lease cache lags behind the API server")
 func fenceAnnotation(ann map[string]string) int64 { return record.FenceOf(ann[record.AnnotationFence]) }
 
 // getOrCreateLease returns the Lease of the FencedLease, creating it when it
-// is missing. Before creating, the FencedLease is read from the API server:
+// is missing. A Lease that would carry no record at all (no fence ever, no
+// transition) is returned unsaved, without a resourceVersion: the grant
+// creates it already granted (writeLease), one write fewer for every first
+// grant, and a reconcile that grants nothing creates it as it is
+// (saveLease). Before creating, the FencedLease is read from the API server:
 // a Lease deleted behind the operator's back is re-created from the newest
 // record as a revoked grant whenever a fence was ever recorded, so that
 // takeover Safe still waits a full lease duration, the last fence stays the
@@ -72,14 +76,30 @@ func (r *Reconciler) getOrCreateLease(ctx context.Context, fl *fencingv1alpha1.F
 	if err := controllerutil.SetControllerReference(fl, l, r.Scheme()); err != nil {
 		return nil, fmt.Errorf("set owner of Lease %s: %w", klog.KObj(l), err)
 	}
-	err = r.Create(ctx, l)
-	switch {
-	case apierrors.IsAlreadyExists(err):
-		return nil, errLeaseLagging
-	case err != nil:
-		return nil, fmt.Errorf("create Lease %s: %w", klog.KObj(l), err)
+	if len(l.Annotations) == 0 && l.Spec.LeaseTransitions == nil {
+		return l, nil
+	}
+	if err := r.saveLease(ctx, l); err != nil {
+		return nil, err
 	}
 	return l, nil
+}
+
+// unsaved tells whether the Lease was never created (getOrCreateLease).
+func unsaved(l *coordinationv1.Lease) bool { return l != nil && l.ResourceVersion == "" }
+
+// saveLease creates a Lease that getOrCreateLease left unsaved. One that
+// exists already was created by another replica (or the cache lags behind
+// it): the reconcile looks again.
+func (r *Reconciler) saveLease(ctx context.Context, l *coordinationv1.Lease) error {
+	err := r.Create(ctx, l)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return errLeaseLagging
+	case err != nil:
+		return fmt.Errorf("create Lease %s: %w", klog.KObj(l), err)
+	}
+	return nil
 }
 
 // revokedLease is the Lease of a FencedLease whose Lease is missing: free
@@ -150,6 +170,18 @@ func controlledByFencedLease(l *coordinationv1.Lease, name string) bool {
 // read with is the precondition, so two writers that read the same Lease
 // never both succeed.
 func (r *Reconciler) writeLease(ctx context.Context, next *coordinationv1.Lease, what string) (*coordinationv1.Lease, error) {
+	if unsaved(next) {
+		// The Lease is created with the write: a Lease created since by
+		// another replica makes it fail as a conflict would.
+		err := r.Create(ctx, next)
+		if apierrors.IsAlreadyExists(err) {
+			err = apierrors.NewConflict(coordinationv1.Resource("leases"), next.Name, err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s on Lease %s, created with it: %w", what, klog.KObj(next), err)
+		}
+		return next, nil
+	}
 	if err := r.Update(ctx, next); err != nil {
 		return nil, fmt.Errorf("%s on Lease %s: %w", what, klog.KObj(next), err)
 	}

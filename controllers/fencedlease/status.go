@@ -60,7 +60,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, base *fencingv1alpha1.Fenc
 // the status records, and sets the conditions.
 func (r *Reconciler) computeStatus(ctx context.Context, s *scope) {
 	st := &s.fl.Status
-	if s.lease != nil && (st.LeaseResourceVersion == "" || newer(s.lease.ResourceVersion, st.LeaseResourceVersion)) {
+	if s.lease != nil && !unsaved(s.lease) && (st.LeaseResourceVersion == "" || newer(s.lease.ResourceVersion, st.LeaseResourceVersion)) {
 		next := st.DeepCopy()
 		mirrorLease(next, s)
 		if !onlyRenewed(st, next) || r.pace.recordsRenewal(r.Clock.Now(), timeOf(st.RenewTime), timeOf(next.RenewTime), r.StatusRenewalInterval) {
