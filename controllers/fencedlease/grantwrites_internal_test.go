@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -17,6 +18,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/holder"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // TestAGrantIsPublishedByTheReconcileThatCommitsIt: the reconcile that
@@ -212,3 +214,77 @@ func TestDemotingLeavesAPodOfAnotherFencedLeaseAlone(t *testing.T) {
 	}
 }
 
+// TestAPodHeldByAnotherFencedLeaseIsLeftAlone: pod p8, published as the
+// holder of FencedLease other (fence 1, which other's Lease still holds),
+// has been relabelled so that db selects it. db's pass neither makes it a
+// standby of db nor publishes it: the pod would lose fence 151 while that
+// grant holds, and other, seeing it selected again, would publish 151 to it
+// once more (the simulation found it, seed 3160, with fence 151). Once
+// other's grant has ended, db takes the pod. (The fake API numbers versions
+// per object: db's Lease is created, empty, before the pod is relabelled, so
+// that its grant's fence is above other's, as on a real API server.)
+func TestAPodHeldByAnotherFencedLeaseIsLeftAlone(t *testing.T) {
+	ctx, key := t.Context(), types.NamespacedName{Namespace: "n", Name: "db"}
+	pod := runningPod("p8", time.Hour)
+	pod.Labels["app"], pod.Labels[fencingv1alpha1.LabelLease] = "other", "other"
+	pod.Annotations = map[string]string{fencingv1alpha1.AnnotationLease: "other", fencingv1alpha1.AnnotationRole: holder.RoleHolder,
+		fencingv1alpha1.AnnotationFence: "1", fencingv1alpha1.AnnotationGrant: "1"}
+	otherLease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "other", Annotations: map[string]string{}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("p8"), LeaseTransitions: ptr.To(int32(1))}}
+	record.Lease{State: holder.StateHeld, HolderUID: string(pod.UID), Fence: 1}.Apply(otherLease.Annotations)
+	fl := &fencingv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "db", Generation: 1, Finalizers: []string{fencingv1alpha1.Finalizer}},
+		Spec:       fencingv1alpha1.FencedLeaseSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
+	}
+	c, r := grantWorld(t, fl, pod)
+	if err := c.Create(ctx, otherLease); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	relabelled := pod.DeepCopy()
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pod), relabelled); err != nil {
+		t.Fatal(err)
+	}
+	relabelled.Labels["app"] = "db"
+	if err := c.Update(ctx, relabelled); err != nil {
+		t.Fatal(err)
+	}
+	otherFence := func() (string, int64) {
+		t.Helper()
+		p := &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), p); err != nil {
+			t.Fatal(err)
+		}
+		return record.Published(p.Annotations)
+	}
+	for range 5 {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+			t.Fatal(err)
+		}
+		if lease, fence := otherFence(); lease != "other" || fence != 1 {
+			t.Fatalf("db's pass while other's grant holds: pod p8 published as holder of %q with fence %d, want other's 1 untouched", lease, fence)
+		}
+	}
+
+	// other's grant ends (revoked): db may take the pod.
+	if err := c.Get(ctx, client.ObjectKeyFromObject(otherLease), otherLease); err != nil {
+		t.Fatal(err)
+	}
+	otherLease.Annotations[record.LeaseState] = holder.StateRevoked
+	if err := c.Update(ctx, otherLease); err != nil {
+		t.Fatal(err)
+	}
+	fence := reconcileUntilCommitted(t, r, c, key, 0)
+	for range 3 {
+		if lease, got := otherFence(); lease == "db" && got == fence {
+			return
+		}
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease, got := otherFence()
+	t.Fatalf("after other's grant ended: pod p8 published as holder of %q with fence %d, want db's %d", lease, got, fence)
+}

@@ -67,7 +67,9 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) (ctrl.Result, 
 		action := holder.CachedPodAction(publicationOf(pod, s.fl.Name), s.fl.Name, s.pods.candidate(pod.UID), current, view)
 		// The action was decided on the pod as cached: it applies to that
 		// version only, never to a newer one the cache has not seen.
-		if err := r.writePod(ctx, s.fl, pod, action, mark, pod.ResourceVersion); err != nil {
+		if err := r.writePod(ctx, s.fl, pod, action, mark, pod.ResourceVersion); errors.Is(err, errHeldElsewhere) {
+			continue // the other FencedLease lets it go first
+		} else if err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -217,6 +219,9 @@ func (r *Reconciler) publishHolder(ctx context.Context, s *scope, target *corev1
 	if p := publicationOf(live, s.fl.Name); p.IsHolder() && p.Fence == fence {
 		return nil // published already; the cache had not seen it
 	}
+	if err := r.heldElsewhere(ctx, s.fl, live); err != nil {
+		return err
+	}
 	if err := r.confirmGrant(ctx, s, target.UID, fence); err != nil {
 		return err
 	}
@@ -257,6 +262,9 @@ func (r *Reconciler) writePod(ctx context.Context, fl *fencingv1alpha1.FencedLea
 	if action == holder.Leave {
 		return nil
 	}
+	if err := r.heldElsewhere(ctx, fl, pod); err != nil {
+		return err
+	}
 	if err := client.IgnoreNotFound(r.Patch(ctx, pod, publicationPatch(action, fl.Name, grant, resourceVersion))); err != nil {
 		return fmt.Errorf("%s pod %s for FencedLease %s: %w", action, klog.KObj(pod), fl.Name, err)
 	}
@@ -272,10 +280,51 @@ func (r *Reconciler) writePodMeta(ctx context.Context, fl *fencingv1alpha1.Fence
 	if action == holder.Leave {
 		return nil
 	}
+	if err := r.heldElsewhere(ctx, fl, pod); err != nil {
+		return err
+	}
 	if err := client.IgnoreNotFound(r.Patch(ctx, pod, publicationPatch(action, fl.Name, grant, pod.ResourceVersion))); err != nil {
 		return fmt.Errorf("%s pod %s for FencedLease %s: %w", action, klog.KObj(pod), fl.Name, err)
 	}
 	return nil
+}
+
+// errHeldElsewhere marks a pod write left undone: the pod is published as
+// the holder of another FencedLease.
+var errHeldElsewhere = errors.New("published as the holder of another FencedLease")
+
+// heldElsewhere returns an error (errHeldElsewhere, and errLookAgain) when
+// the pod is published as the holder of another FencedLease whose grant the
+// cache does not show ended: no FencedLease writes over that publication.
+// A pod's labels can move it from one FencedLease to another between two
+// looks of the first; were the second to publish the pod as its standby, or
+// its holder, the pod would lose the first one's fence while that grant
+// still holds, and the first, seeing the pod selected again, would publish
+// the same fence to it once more: authority re-acquired silently for the
+// same grant (DESIGN §6, invariant 5). The first FencedLease ends its grant
+// once it sees the pod no longer selected, and clears the pod; the pod's
+// change brings the second back.
+func (r *Reconciler) heldElsewhere(ctx context.Context, fl *fencingv1alpha1.FencedLease, pod metav1.Object) error {
+	lease, fence := record.Published(pod.GetAnnotations())
+	if lease == "" || lease == fl.Name || fence <= 0 {
+		return nil
+	}
+	l, key := &coordinationv1.Lease{}, types.NamespacedName{Namespace: fl.Namespace, Name: lease}
+	err := r.Get(ctx, key, l)
+	if apierrors.IsNotFound(err) {
+		// Gone, or not in the cache yet: the API server tells. A Lease
+		// whose grant may be in use is never gone (its finalizer).
+		err = r.APIReader.Get(ctx, key, l)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read Lease %s/%s of pod %s: %w", fl.Namespace, lease, pod.GetName(), err)
+	case holder.Ended(holder.LeaseOf(l), pod.GetUID(), fence):
+		return nil
+	}
+	return fmt.Errorf("pod %s/%s holds FencedLease %s with fence %d: %w (%w)", fl.Namespace, pod.GetName(), lease, fence, errHeldElsewhere, errLookAgain)
 }
 
 // publicationPatch is a JSON merge patch that sets every label and annotation

@@ -17,10 +17,15 @@ type Pod struct {
 
 // ParsePod reads what a pod carries of the FencedLease lease. A pod whose
 // label and lease annotation name another FencedLease, or none, carries
-// nothing of this one.
+// nothing of this one; a pod with this one's label whose annotations name
+// another carries only the label (the annotations, its token files, are the
+// other one's).
 func ParsePod(labels, annotations map[string]string, lease string) Pod {
 	if labels[LabelLease] != lease && annotations[AnnotationLease] != lease {
 		return Pod{}
+	}
+	if named := annotations[AnnotationLease]; named != "" && named != lease {
+		return Pod{Labelled: true}
 	}
 	p := Pod{
 		Labelled: labels[LabelLease] == lease,

@@ -157,8 +157,11 @@ func TestSimulation(t *testing.T) {
 // not from its commit 3.7 s later, which the writing replica had counted;
 // 2685, a replica that saw a grant pending and next revoked with the same
 // renewTime, and never counted its commit, applied 3.1 s after it was
-// computed (a write in flight), from which the holder could act.
-var regressionSeeds = []int64{1275, 2685}
+// computed (a write in flight), from which the holder could act; 3160, a
+// pod relabelled from one FencedLease to another and back, made the second
+// one's standby while the first one's grant held it, and published the
+// first one's fence again.
+var regressionSeeds = []int64{1275, 2685, 3160}
 
 // TestSimulationRegressionSeeds replays the schedules that once broke an
 // invariant: each must now keep every one.
