@@ -66,6 +66,8 @@ func (r *Reconciler) waitForCapacity(ctx context.Context, fl *fencingv1alpha1.Fe
 	if r.pace.admits(now) {
 		// Waiting only for the load to be measured.
 		result.RequeueAfter = min(result.RequeueAfter, r.pace.untilMeasured(now)+time.Millisecond)
+	} else {
+		result.RequeueAfter = r.pace.retry(now, p.LeaseDuration)
 	}
 	r.pace.report(ctx)
 	if equality.Semantic.DeepEqual(base.Status, fl.Status) {

@@ -50,9 +50,10 @@ func (p *pacer) expired(now time.Time) { p.pace.Expired(now) }
 // change the fence under healthy holders. Takeovers and re-grants of a
 // FencedLease that held before go ahead: they replace a grant, they add
 // none; but they spend from the first grants' budget, so that first grants
-// wait while they happen. A waiting FencedLease looks again a lease
-// duration later, or at the next event: thousands of them looking every
-// few seconds would take the workers' time that the renewals need.
+// wait while they happen. A waiting FencedLease looks again at its turn in
+// the budget, or a lease duration later while admission is closed (or at
+// the next event): thousands of them looking every few seconds would take
+// the workers' time that the renewals need.
 func (p *pacer) admit(s *scope, l holder.Lease, policy holder.Policy, now time.Time) {
 	if s.plan.Action != holder.Grant {
 		return
@@ -62,8 +63,15 @@ func (p *pacer) admit(s *scope, l holder.Lease, policy holder.Policy, now time.T
 		return
 	}
 	if ok, why := p.pace.Admit(now); !ok {
-		s.plan = holder.Plan{Action: holder.Wait, Waiting: holder.WaitingForCapacity, RequeueAfter: policy.LeaseDuration, Why: why}
+		s.plan = holder.Plan{Action: holder.Wait, Waiting: holder.WaitingForCapacity, RequeueAfter: p.retry(now, policy.LeaseDuration), Why: why}
 	}
+}
+
+// retry is how long a FencedLease whose first grant was not admitted at now
+// waits before it looks again: its turn in the budget, or longest while
+// admission is closed (pace.Retry).
+func (p *pacer) retry(now time.Time, longest time.Duration) time.Duration {
+	return max(p.pace.Retry(now, longest), time.Millisecond)
 }
 
 // admits tells whether first grants are admitted now.

@@ -46,6 +46,9 @@ type admission struct {
 	// closedFor counts down while admission is held closed; why says why.
 	closedFor time.Duration
 	why       string
+	// turn is when the next FencedLease refused for want of budget is told
+	// to look again (Retry).
+	turn time.Time
 }
 
 func newAdmission() admission { return admission{rate: maxRate, tokens: maxRate} }
@@ -122,6 +125,34 @@ func (p *Pace) admits(now time.Time) (bool, string) {
 		return false, fmt.Sprintf("first grants are admitted at %.0f a second", p.admission.rate)
 	}
 	return true, ""
+}
+
+// Retry is how long a FencedLease that Admit refused at now waits before it
+// looks again, at most longest. While admission is closed for a reason (the
+// renewals need the workers), it waits longest. While only the budget is
+// spent, it waits for its turn: each one refused is given the token after
+// the ones given to those refused before it, so that n waiting FencedLeases
+// come back over the n/rate seconds it takes to admit them, not all at once
+// a lease duration later (at a thousand new FencedLeases, most of the time
+// to grant them all was spent waiting so, with the machine idle).
+func (p *Pace) Retry(now time.Time, longest time.Duration) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.advance(now)
+	a := &p.admission
+	if p.closed() != "" {
+		return longest
+	}
+	perToken := time.Duration(float64(time.Second) / a.rate)
+	at := now
+	if a.tokens < 1 {
+		at = now.Add(time.Duration((1 - a.tokens) * float64(perToken)))
+	}
+	if a.turn.After(at) {
+		at = a.turn
+	}
+	a.turn = at.Add(perToken)
+	return min(at.Sub(now), longest)
 }
 
 // Spend takes from the budget a grant that is not a first grant: a takeover

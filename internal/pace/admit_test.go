@@ -159,3 +159,48 @@ func TestOscillatingAtTheLimitSlowsAdmission(t *testing.T) {
 		t.Fatalf("rate after 8 closures in 104 s: %.1f, want it well below the %.0f it started at", r, maxRate)
 	}
 }
+
+// TestRefusedFirstGrantsComeBackInTurn: first grants refused for want of
+// budget are told to look again one token apart, so that those refused
+// together come back as fast as they can be admitted, and each is then
+// admitted; refused while admission is closed, they wait the longest.
+func TestRefusedFirstGrantsComeBackInTurn(t *testing.T) {
+	p, now, lease := New(32), time.Unix(1000, 0), 15*time.Second
+	admitted(p, now, 100)
+	var turns []time.Duration
+	for range 300 {
+		if ok, _ := p.Admit(now); ok {
+			t.Fatal("admitted with the budget spent")
+		}
+		turns = append(turns, p.Retry(now, lease))
+	}
+	for i, d := range turns {
+		want := time.Duration(i+1) * 10 * time.Millisecond
+		if d < want-time.Millisecond || d > want+time.Millisecond {
+			t.Fatalf("refused FencedLease %d looks again after %v, want %v (its turn at 100 a second)", i, d, want)
+		}
+	}
+	// Each comes back at its turn and is admitted.
+	for i, d := range turns {
+		if ok, why := p.Admit(now.Add(d)); !ok {
+			t.Fatalf("refused FencedLease %d, back at its turn %v: refused again (%s)", i, d, why)
+		}
+	}
+	// A held grant expired: admission closes; the refused wait the longest.
+	later := now.Add(turns[len(turns)-1] + time.Second)
+	p.Expired(later)
+	if ok, _ := p.Admit(later); ok {
+		t.Fatal("admitted right after a held grant expired")
+	}
+	if d := p.Retry(later, lease); d != lease {
+		t.Errorf("refused while admission is closed: looks again after %v, want %v", d, lease)
+	}
+	// Never longer than the longest.
+	p2 := New(32)
+	admitted(p2, now, 100)
+	for range 5000 {
+		if d := p2.Retry(now, lease); d > lease {
+			t.Fatalf("looks again after %v, more than the longest %v", d, lease)
+		}
+	}
+}
