@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -226,24 +228,52 @@ func toUnstructured(obj runtime.ApplyConfiguration) (*unstructured.Unstructured,
 // the fencing webhook admits one from the holder pod only of an object last
 // written with the current fence (a pod's identity cannot tell its current
 // grant from an older one of its own). So the fence is written on obj first,
-// by a merge patch stamped as any other (on the resourceVersion of the
-// caller's precondition, if it gives one), and then the version that patch
-// made is deleted, with a precondition on it: a write in between makes the
-// delete fail with a conflict instead of deleting what it did not see.
+// by a merge patch stamped as any other (on the caller's preconditions, its
+// resourceVersion and UID, if it gives them), and then the version that
+// patch made is deleted, with a precondition on it and the caller's UID: a
+// write in between makes the delete fail with a conflict instead of
+// deleting what it did not see, and an object of the same name created
+// since is not the one the caller meant (a conflict too, as the API server
+// answers a delete whose UID precondition fails).
 func (c *fencedClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
 	if _, err := c.grant("delete", c.describe(obj)); err != nil {
 		return err
 	}
 	o := (&client.DeleteOptions{}).ApplyOptions(opts)
-	patch := []byte(`{}`)
-	if o.Preconditions != nil && o.Preconditions.ResourceVersion != nil {
-		patch = fmt.Appendf(nil, `{"metadata":{"resourceVersion":%q}}`, *o.Preconditions.ResourceVersion)
+	pre := o.Preconditions
+	if pre == nil {
+		pre = &metav1.Preconditions{}
 	}
-	if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+	if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, stampPatch(pre))); err != nil {
+		if pre.UID != nil && apierrors.IsInvalid(err) {
+			// The UID is immutable: the name stands for another object.
+			gvk, _ := c.inner.GroupVersionKindFor(obj)
+			err = apierrors.NewConflict(schema.GroupResource{Group: gvk.Group, Resource: gvk.Kind}, obj.GetName(),
+				fmt.Errorf("precondition failed: UID in precondition: %s: %w", *pre.UID, err))
+		}
 		return fmt.Errorf("write the fence on %s before deleting it: %w", c.describe(obj), err)
 	}
 	rv := obj.GetResourceVersion()
-	return c.inner.Delete(ctx, obj, append(opts, client.Preconditions{ResourceVersion: &rv})...)
+	return c.inner.Delete(ctx, obj, append(opts, client.Preconditions{UID: pre.UID, ResourceVersion: &rv})...)
+}
+
+// stampPatch is the merge patch that writes the fence on an object before
+// it is deleted, on the caller's preconditions: a resourceVersion makes it
+// a compare-and-swap, a UID refuses an object of the same name created
+// since (the API server never changes a UID).
+func stampPatch(pre *metav1.Preconditions) []byte {
+	meta := map[string]string{}
+	if pre.ResourceVersion != nil {
+		meta["resourceVersion"] = *pre.ResourceVersion
+	}
+	if pre.UID != nil {
+		meta["uid"] = string(*pre.UID)
+	}
+	data, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		panic(err) // strings always marshal
+	}
+	return data
 }
 
 // DeleteAllOf deletes the objects while a grant is held; it carries no

@@ -339,3 +339,42 @@ func TestDeleteWritesTheFenceOnTheVersionItDeletes(t *testing.T) {
 	g.Expect(c.Delete(ctx, cm("state"), client.Preconditions{ResourceVersion: &obj.ResourceVersion})).To(Succeed())
 	g.Expect(apierrors.IsNotFound(inner.Get(ctx, client.ObjectKeyFromObject(obj), &corev1.ConfigMap{}))).To(BeTrue())
 }
+
+// TestDeleteKeepsTheCallersUIDPrecondition: a delete with a UID
+// precondition keeps it, on the stamping patch and on the delete itself,
+// next to the resourceVersion the patch made.
+func TestDeleteKeepsTheCallersUIDPrecondition(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	var patches [][]byte
+	var deletes []*client.DeleteOptions
+	inner := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objects()...).WithInterceptorFuncs(interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			data, err := patch.Data(obj)
+			g.Expect(err).NotTo(HaveOccurred())
+			patches = append(patches, data)
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			deletes = append(deletes, (&client.DeleteOptions{}).ApplyOptions(opts))
+			return c.Delete(ctx, obj, opts...)
+		},
+	}).Build()
+	c := fencedcontroller.NewClient(inner, &grants{g: fence.Grant{Lease: "widgets", Fence: 42}, held: true}, fencedcontroller.ClientOptions{FieldManager: "widget-controller"})
+	uid := types.UID("uid-of-state")
+	g.Expect(c.Delete(ctx, cm("state"), client.Preconditions{UID: &uid})).To(Succeed())
+	g.Expect(patches).To(HaveLen(1))
+	var sentPatch struct {
+		Metadata struct {
+			UID string `json:"uid"`
+		} `json:"metadata"`
+	}
+	g.Expect(json.Unmarshal(patches[0], &sentPatch)).To(Succeed())
+	g.Expect(sentPatch.Metadata.UID).To(Equal(string(uid)), "the stamping patch %s", patches[0])
+	g.Expect(deletes).To(HaveLen(1))
+	pre := deletes[0].Preconditions
+	g.Expect(pre).NotTo(BeNil())
+	g.Expect(pre.UID).NotTo(BeNil(), "the delete dropped the caller's UID precondition")
+	g.Expect(*pre.UID).To(Equal(uid))
+	g.Expect(pre.ResourceVersion).NotTo(BeNil(), "the delete is not on the version the patch made")
+}
