@@ -27,6 +27,7 @@ var version = "dev"
 
 type flags struct {
 	metricsAddr, probeAddr     string
+	pprofAddr                  string
 	metricsCertDir             string
 	namespace                  string
 	leaderElect                bool
@@ -51,6 +52,7 @@ func parseFlags() (flags, zap.Options) {
 	flag.BoolVar(&f.secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS and let only callers that the API server authenticates (TokenReview) and authorizes for get on /metrics (SubjectAccessReview) read them. false serves plain HTTP to anyone: for a run on a workstation only.")
 	flag.StringVar(&f.metricsCertDir, "metrics-cert-dir", "", "Directory with tls.crt and tls.key for the metrics endpoint; empty: a self-signed certificate generated at start.")
 	flag.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flag.StringVar(&f.pprofAddr, "pprof-bind-address", "0", "Address of Go's profiles (/debug/pprof/, plain HTTP, no authentication: bind it to localhost); \"0\" turns them off, the default.")
 	flag.StringVar(&f.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "The operator's namespace: where its certificate Secret and leader election Lease are. Defaults to $POD_NAMESPACE.")
 	flag.BoolVar(&f.leaderElect, "leader-elect", true, "Elect one active controller among the replicas. Correctness does not depend on it: every grant is a compare-and-swap.")
 	flag.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; defaults to --namespace, else to the namespace the operator runs in.")
@@ -184,6 +186,7 @@ func run(f flags) error {
 		WholePods:               f.cacheWholePods,
 		Metrics:                 setup.MetricsOptions{BindAddress: f.metricsAddr, Insecure: !f.secureMetrics, CertDir: f.metricsCertDir, TLSOpts: tlsOpts},
 		HealthProbeBindAddress:  f.probeAddr,
+		PprofBindAddress:        f.pprofAddr,
 		LeaderElection:          f.leaderElect,
 		LeaderElectionNamespace: f.leaderElectionNamespace,
 		WebhookServer:           webhookServer,

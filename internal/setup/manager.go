@@ -43,6 +43,9 @@ type ManagerConfig struct {
 	Metrics MetricsOptions
 	// HealthProbeBindAddress serves /healthz and /readyz; "" or "0": none.
 	HealthProbeBindAddress string
+	// PprofBindAddress serves Go's profiles (/debug/pprof/); "" or "0":
+	// none, the default.
+	PprofBindAddress string
 	// Ready is the readiness check; nil: the webhook server has started
 	// when Webhooks is set, else always ready.
 	Ready healthz.Checker
@@ -101,6 +104,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, c ManagerConfig) (ctrl.Ma
 		Metrics:                 metricsOpts,
 		WebhookServer:           c.WebhookServer,
 		HealthProbeBindAddress:  probes,
+		PprofBindAddress:        c.PprofBindAddress,
 		LeaderElection:          c.LeaderElection,
 		LeaderElectionID:        LeaderElectionID,
 		LeaderElectionNamespace: c.LeaderElectionNamespace,

@@ -83,8 +83,7 @@ func usageBetween(a, b cpSample, elapsed time.Duration, maxRSS int64) controlPla
 // $SCALE_PPROF/name.pprof, when SCALE_PPROF names a directory: where the
 // API server's time goes at this many leases.
 func profileAPIServer(ctx context.Context, t *testing.T, cfg *rest.Config, name string, d time.Duration) {
-	dir := os.Getenv("SCALE_PPROF")
-	if dir == "" {
+	if os.Getenv("SCALE_PPROF") == "" {
 		return
 	}
 	hc, err := rest.HTTPClientFor(cfg)
@@ -93,26 +92,31 @@ func profileAPIServer(ctx context.Context, t *testing.T, cfg *rest.Config, name 
 		return
 	}
 	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(cfg.Host, "/"), int(d.Seconds()))
+	saveProfile(ctx, t, hc, url, name)
+}
+
+// saveProfile fetches a profile from url into $SCALE_PPROF/name.pprof.
+func saveProfile(ctx context.Context, t *testing.T, hc *http.Client, url, name string) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		t.Logf("profile the API server: %v", err)
+		t.Logf("profile %s: %v", name, err)
 		return
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		t.Logf("profile the API server: %v", err)
+		t.Logf("profile %s: %v", name, err)
 		return
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Logf("profile the API server: %s: %v", resp.Status, err)
+		t.Logf("profile %s: %s: %v", name, resp.Status, err)
 		return
 	}
-	out := filepath.Join(dir, name+".pprof")
+	out := filepath.Join(os.Getenv("SCALE_PPROF"), name+".pprof")
 	if err := os.WriteFile(out, data, 0o644); err != nil {
-		t.Logf("profile the API server: %v", err)
+		t.Logf("profile %s: %v", name, err)
 		return
 	}
-	t.Logf("API server CPU profile over %s: %s", d, out)
+	t.Logf("profile %s: %s", name, out)
 }

@@ -55,6 +55,8 @@ type operator struct {
 	out     *harness.SyncBuffer
 	done    chan struct{}
 	metrics string
+	// pprof is the base URL of its profiles, when SCALE_PPROF is set.
+	pprof   string
 	started time.Time
 	// seq counts the processes started by this test binary, from 0.
 	seq int
@@ -71,6 +73,14 @@ func startOperator(t *testing.T, ctx context.Context, bin, kubeconfig string, ex
 	op := &operator{out: &harness.SyncBuffer{}, done: make(chan struct{}), metrics: "http://" + addr + "/metrics", seq: int(started.Add(1) - 1)}
 	args := append([]string{"--kubeconfig=" + kubeconfig, "--leader-elect=false", "--enable-webhooks=false",
 		"--metrics-bind-address=" + addr, "--metrics-secure=false", "--health-probe-bind-address=0", "--namespace=default", "--zap-log-level=info"}, extra...)
+	if os.Getenv("SCALE_PPROF") != "" {
+		paddr, err := harness.FreeAddress()
+		if err != nil {
+			t.Fatal(err)
+		}
+		op.pprof = "http://" + paddr + "/debug/pprof"
+		args = append(args, "--pprof-bind-address="+paddr)
+	}
 	// SCALE_OPERATOR_FLAGS adds flags, e.g. --concurrent-reconciles=32.
 	args = append(args, strings.Fields(os.Getenv("SCALE_OPERATOR_FLAGS"))...)
 	op.cmd = exec.CommandContext(ctx, bin, args...)
@@ -95,6 +105,19 @@ func startOperator(t *testing.T, ctx context.Context, bin, kubeconfig string, ex
 		}
 	})
 	return op
+}
+
+// profile writes the operator's profile kind (heap, or profile: CPU over
+// 30 s) to $SCALE_PPROF/operator-name.pprof, when SCALE_PPROF is set.
+func (o *operator) profile(ctx context.Context, t *testing.T, kind, name string) {
+	if o.pprof == "" {
+		return
+	}
+	url := o.pprof + "/" + kind
+	if kind == "profile" {
+		url += "?seconds=30"
+	}
+	saveProfile(ctx, t, http.DefaultClient, url, "operator-"+name)
 }
 
 // stop kills the process, as a crash or a node's loss would, and waits.

@@ -132,6 +132,7 @@ func TestScale(t *testing.T) {
 		}
 	})
 	t.Logf("%d FencedLeases created in %s", leases, time.Since(created).Round(time.Millisecond))
+	go op.profile(ctx, t, "profile", fmt.Sprintf("%d-cold", leases))
 	// Cold start: how many are held and published, every poll, until all
 	// are or SCALE_COLD_TIMEOUT passes; a run that times out records how
 	// far it got.
@@ -170,6 +171,7 @@ func TestScale(t *testing.T) {
 	// The steady state, also when not all are held: the grants the operator
 	// holds must stay unchanged however far past its capacity it is.
 	steadyState(t, g, &res, op, w, steady, leases)
+	op.profile(ctx, t, "heap", fmt.Sprintf("%d-heap", leases))
 
 	// Restarts: slim pods, then whole pods.
 	res.Restarts = restarts(t, ctx, counts, ns, bin, kubeconfig, op, w, leases, window, poll, res.ColdStart > 0)
