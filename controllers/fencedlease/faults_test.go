@@ -76,6 +76,13 @@ func (tr *trap) check(obj client.Object, subresource string) error {
 
 func (tr *trap) wrap(c client.Client) client.Client {
 	return testenv.Intercept(c, interceptor.Funcs{
+		// A first grant creates its Lease with the grant.
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if err := cl.Create(ctx, obj, opts...); err != nil {
+				return err
+			}
+			return tr.check(obj, "")
+		},
 		Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 			if err := cl.Update(ctx, obj, opts...); err != nil {
 				return err
