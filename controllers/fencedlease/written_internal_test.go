@@ -63,3 +63,21 @@ func TestWrittenServesOwnWriteUntilTheCacheHasIt(t *testing.T) {
 		t.Fatalf("a forgotten write was served: %s", plain.ResourceVersion)
 	}
 }
+
+// TestWrittenKeepsNoManagedFields: the copy kept of a write leaves out its
+// managedFields, as the cache does; the write itself keeps them.
+func TestWrittenKeepsNoManagedFields(t *testing.T) {
+	w := newMemories(clock.RealClock{})
+	fl := writtenFL("u1", "20", 20)
+	fl.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "fencedlease", Operation: metav1.ManagedFieldsOperationUpdate,
+		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:fence":{}}}`)}}}
+	w.remember(fl)
+	if len(fl.ManagedFields) != 1 {
+		t.Fatal("remember changed the write it was given")
+	}
+	cached := writtenFL("u1", "10", 10)
+	w.refresh(cached)
+	if cached.ResourceVersion != "20" || cached.ManagedFields != nil {
+		t.Fatalf("kept copy: resourceVersion %s, managedFields %v; want 20 and none", cached.ResourceVersion, cached.ManagedFields)
+	}
+}
