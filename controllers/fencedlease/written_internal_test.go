@@ -70,7 +70,7 @@ func TestWrittenKeepsNoManagedFields(t *testing.T) {
 	w := newMemories(clock.RealClock{})
 	fl := writtenFL("u1", "20", 20)
 	fl.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "fencedlease", Operation: metav1.ManagedFieldsOperationUpdate,
-		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:fence":{}}}`)}}}
+		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:fence":{}}}`)}}
 	w.remember(fl)
 	if len(fl.ManagedFields) != 1 {
 		t.Fatal("remember changed the write it was given")
