@@ -67,7 +67,7 @@ func (r *Reconciler) waitForCapacity(ctx context.Context, fl *fencingv1alpha1.Fe
 		// Waiting only for the load to be measured.
 		result.RequeueAfter = min(result.RequeueAfter, r.pace.untilMeasured(now)+time.Millisecond)
 	} else {
-		result.RequeueAfter = r.pace.retry(now, p.LeaseDuration)
+		result.RequeueAfter = r.pace.retry(client.ObjectKeyFromObject(fl), now, p.LeaseDuration)
 	}
 	r.pace.report(ctx)
 	if equality.Semantic.DeepEqual(base.Status, fl.Status) {

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/fencedlease/fencedlease/internal/holder"
@@ -63,15 +64,15 @@ func (p *pacer) admit(s *scope, l holder.Lease, policy holder.Policy, now time.T
 		return
 	}
 	if ok, why := p.pace.Admit(now); !ok {
-		s.plan = holder.Plan{Action: holder.Wait, Waiting: holder.WaitingForCapacity, RequeueAfter: p.retry(now, policy.LeaseDuration), Why: why}
+		s.plan = holder.Plan{Action: holder.Wait, Waiting: holder.WaitingForCapacity, RequeueAfter: p.retry(s.key, now, policy.LeaseDuration), Why: why}
 	}
 }
 
-// retry is how long a FencedLease whose first grant was not admitted at now
-// waits before it looks again: its turn in the budget, or longest while
-// admission is closed (pace.Retry).
-func (p *pacer) retry(now time.Time, longest time.Duration) time.Duration {
-	return max(p.pace.Retry(now, longest), time.Millisecond)
+// retry is how long the FencedLease key, whose first grant was not admitted
+// at now, waits before it looks again: its turn in the budget, or longest
+// while admission is closed (pace.Retry).
+func (p *pacer) retry(key types.NamespacedName, now time.Time, longest time.Duration) time.Duration {
+	return max(p.pace.Retry(key.String(), now, longest), time.Millisecond)
 }
 
 // admits tells whether first grants are admitted now.

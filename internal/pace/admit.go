@@ -47,11 +47,16 @@ type admission struct {
 	closedFor time.Duration
 	why       string
 	// turn is when the next FencedLease refused for want of budget is told
-	// to look again (Retry).
-	turn time.Time
+	// to look again (Retry); turns are the turns given, by FencedLease,
+	// until they come (swept is when they were last swept).
+	turn  time.Time
+	turns map[string]time.Time
+	swept time.Time
 }
 
-func newAdmission() admission { return admission{rate: maxRate, tokens: maxRate} }
+func newAdmission() admission {
+	return admission{rate: maxRate, tokens: maxRate, turns: map[string]time.Time{}}
+}
 
 // advance moves the budget on by dt.
 func (a *admission) advance(dt time.Duration) {
@@ -127,21 +132,29 @@ func (p *Pace) admits(now time.Time) (bool, string) {
 	return true, ""
 }
 
-// Retry is how long a FencedLease that Admit refused at now waits before it
-// looks again, at most longest. While admission is closed for a reason (the
-// renewals need the workers), it waits longest. While only the budget is
-// spent, it waits for its turn: each one refused is given the token after
-// the ones given to those refused before it, so that n waiting FencedLeases
-// come back over the n/rate seconds it takes to admit them, not all at once
-// a lease duration later (at a thousand new FencedLeases, most of the time
-// to grant them all was spent waiting so, with the machine idle).
-func (p *Pace) Retry(now time.Time, longest time.Duration) time.Duration {
+// Retry is how long the FencedLease key, that Admit refused at now, waits
+// before it looks again, at most longest. While admission is closed for a
+// reason (the renewals need the workers), it waits longest. While only the
+// budget is spent, it waits for its turn: each one refused is given the
+// token after the ones given to those refused before it, so that n waiting
+// FencedLeases come back over the n/rate seconds it takes to admit them, not
+// all at once a lease duration later (at a thousand new FencedLeases, most
+// of the time to grant them all was spent waiting so, with the machine
+// idle). A FencedLease is given one turn: looked at again before it (a pod
+// event), it is told the same one. A look that would wait longest anyway
+// books no turn: turns booked and never used would push every later one
+// back.
+func (p *Pace) Retry(key string, now time.Time, longest time.Duration) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.advance(now)
 	a := &p.admission
 	if p.closed() != "" {
 		return longest
+	}
+	a.forgetTurnsBefore(now)
+	if at, ok := a.turns[key]; ok && at.After(now) {
+		return min(at.Sub(now), longest)
 	}
 	perToken := time.Duration(float64(time.Second) / a.rate)
 	at := now
@@ -151,8 +164,26 @@ func (p *Pace) Retry(now time.Time, longest time.Duration) time.Duration {
 	if a.turn.After(at) {
 		at = a.turn
 	}
+	if at.Sub(now) >= longest {
+		return longest
+	}
 	a.turn = at.Add(perToken)
-	return min(at.Sub(now), longest)
+	a.turns[key] = at
+	return at.Sub(now)
+}
+
+// forgetTurnsBefore forgets the turns that came before now, at most once a
+// second: the FencedLeases came back (admitted, refused again, or gone).
+func (a *admission) forgetTurnsBefore(now time.Time) {
+	if now.Before(a.swept.Add(time.Second)) {
+		return
+	}
+	a.swept = now
+	for key, at := range a.turns {
+		if !at.After(now) {
+			delete(a.turns, key)
+		}
+	}
 }
 
 // Spend takes from the budget a grant that is not a first grant: a takeover

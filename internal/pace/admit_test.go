@@ -1,6 +1,8 @@
 package pace
 
 import (
+	"container/heap"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -172,7 +174,7 @@ func TestRefusedFirstGrantsComeBackInTurn(t *testing.T) {
 		if ok, _ := p.Admit(now); ok {
 			t.Fatal("admitted with the budget spent")
 		}
-		turns = append(turns, p.Retry(now, lease))
+		turns = append(turns, p.Retry(fmt.Sprint(len(turns)), now, lease))
 	}
 	for i, d := range turns {
 		want := time.Duration(i+1) * 10 * time.Millisecond
@@ -192,15 +194,82 @@ func TestRefusedFirstGrantsComeBackInTurn(t *testing.T) {
 	if ok, _ := p.Admit(later); ok {
 		t.Fatal("admitted right after a held grant expired")
 	}
-	if d := p.Retry(later, lease); d != lease {
+	if d := p.Retry("late", later, lease); d != lease {
 		t.Errorf("refused while admission is closed: looks again after %v, want %v", d, lease)
 	}
 	// Never longer than the longest.
 	p2 := New(32)
 	admitted(p2, now, 100)
-	for range 5000 {
-		if d := p2.Retry(now, lease); d > lease {
+	for i := range 5000 {
+		if d := p2.Retry(fmt.Sprint(i), now, lease); d > lease {
 			t.Fatalf("looks again after %v, more than the longest %v", d, lease)
 		}
 	}
+}
+
+// TestManyRefusedFirstGrantsAreAllAdmittedAtTheRate: ten thousand
+// FencedLeases refused at once, each looked at once more right after (a pod
+// event), come back at their turns and are admitted at the admission rate:
+// all of them in about n/rate seconds. Turns booked for the looks that are
+// told to wait the longest anyway, or booked twice for one FencedLease,
+// would push every later turn back until each waits a lease duration per
+// look. The queue is a work queue's: a FencedLease waits for the earliest
+// look asked of it.
+func TestManyRefusedFirstGrantsAreAllAdmittedAtTheRate(t *testing.T) {
+	const n = 10000
+	p, start, lease := New(32), time.Unix(1000, 0), 15*time.Second
+	admitted(p, start, 100)
+	q := &lookQueue{}
+	next := map[string]time.Time{} // the earliest look of each waiting FencedLease
+	for i := range n {
+		key := fmt.Sprintf("ns/lease-%05d", i)
+		heap.Push(q, look{start, key})
+		heap.Push(q, look{start.Add(time.Millisecond), key})
+	}
+	admittedAt := map[string]time.Time{}
+	var last time.Time
+	for q.Len() > 0 {
+		l := heap.Pop(q).(look)
+		if _, done := admittedAt[l.key]; done {
+			continue
+		}
+		if at, ok := next[l.key]; ok && !at.Equal(l.at) && l.at.After(start.Add(time.Millisecond)) {
+			continue // replaced by an earlier look
+		}
+		if l.at.Sub(start) > 10*time.Minute {
+			t.Fatalf("%d of %d still refused after 10 minutes", n-len(admittedAt), n)
+		}
+		if ok, _ := p.Admit(l.at); ok {
+			admittedAt[l.key], last = l.at, l.at
+			continue
+		}
+		back := l.at.Add(p.Retry(l.key, l.at, lease))
+		if at, ok := next[l.key]; ok && at.After(l.at) && !at.After(back) {
+			continue // an earlier look is queued
+		}
+		next[l.key] = back
+		heap.Push(q, look{back, l.key})
+	}
+	if took, want := last.Sub(start), time.Duration(n/100)*time.Second+lease; took > want {
+		t.Errorf("all %d admitted after %v, want at most %v (n/rate and a lease duration)", n, took, want)
+	}
+}
+
+type look struct {
+	at  time.Time
+	key string
+}
+
+// lookQueue is a heap of looks, earliest first.
+type lookQueue []look
+
+func (q lookQueue) Len() int           { return len(q) }
+func (q lookQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
+func (q lookQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *lookQueue) Push(x any)        { *q = append(*q, x.(look)) }
+func (q *lookQueue) Pop() any {
+	old := *q
+	l := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return l
 }
