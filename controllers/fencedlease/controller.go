@@ -286,6 +286,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	r.once.Do(r.defaults)
 	registerMetrics()
+	if err := mgr.Add(seriesRunner{m: r.mem}); err != nil {
+		return fmt.Errorf("add the series of the FencedLeases: %w", err)
+	}
 	for _, ix := range Indexes() {
 		if err := mgr.GetFieldIndexer().IndexField(context.Background(), ix.Object, ix.Field, ix.Extract); err != nil {
 			return err

@@ -4,7 +4,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -90,7 +89,7 @@ func (m *memories) with(key types.NamespacedName, f func(*memory)) {
 	f(m.get(key))
 }
 
-// forget forgets everything of key, and deletes its metric series: the
+// forget forgets everything of key, its metric series with it: the
 // FencedLease is gone. It is the one place a memory ends.
 func (m *memories) forget(key types.NamespacedName) {
 	m.mu.Lock()
@@ -98,9 +97,6 @@ func (m *memories) forget(key types.NamespacedName) {
 	delete(m.vouched, key)
 	m.mu.Unlock()
 	m.retries.Forget(key)
-	for _, v := range perLease {
-		v.DeletePartialMatch(prometheus.Labels{"namespace": key.Namespace, "name": key.Name})
-	}
 }
 
 // retryAfter is how long to wait before the next look at key, and counts

@@ -12,39 +12,49 @@ import (
 )
 
 // The controller's Prometheus series, on controller-runtime's registry (the
-// manager's metrics endpoint). Counters and gauges are labelled by the
-// FencedLease's namespace and name, and at most by one more label with a
-// fixed set of values (cause, mode): their number is bounded by the number
-// of FencedLeases, never by pods or fences, and a FencedLease's series are
-// deleted with it. The two histograms are labelled by takeover mode only: a
-// histogram per FencedLease would cost a series per bucket, about 30 for
-// each FencedLease, which at ten thousand FencedLeases is most of the
-// operator's memory; the per-lease story is told by the counters and the
-// timestamps. handoffs_total gets a series for a cause when that cause first
-// ends a grant of the FencedLease, not ten at once.
+// manager's metrics endpoint). The series of one FencedLease are labelled by
+// its namespace and name, and at most by one more label with a fixed set of
+// values (cause, mode): their number is bounded by the number of
+// FencedLeases, never by pods or fences. They are not kept as series: their
+// values are a few numbers in the FencedLease's memory (leaseSeries), turned
+// into series when the endpoint is scraped (leaseCollector), and gone with
+// the memory when the FencedLease is deleted. A series kept in a metric
+// vector costs about half a kilobyte; twelve of them for each of ten
+// thousand FencedLeases were a tenth of the operator's memory. The two
+// histograms are labelled by takeover mode only: a histogram per FencedLease
+// would cost a series per bucket; the per-lease story is told by the
+// counters and the timestamps. handoffs_total gets a series for a cause
+// when that cause first ends a grant of the FencedLease, not ten at once.
 var (
 	leaseLabels = []string{"namespace", "name"}
 
-	grantsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fencedlease_grants_total",
-		Help: "Grants committed: each one hands a new, higher fence to a pod.",
-	}, leaseLabels)
-	handoffsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fencedlease_handoffs_total",
-		Help: "Committed grants that ended, by cause: " + strings.Join(holder.Causes, ", ") + ".",
-	}, append(leaseLabels, "cause"))
-	expiredWhileRunningTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fencedlease_expired_while_running_total",
-		Help: "Grants that expired while their holder pod still looked healthy (containers ready): renewals were not confirmed in time, by the operator (cause expired) or by the holder itself (cause holder_stopped_renewing).",
-	}, leaseLabels)
-	renewalsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fencedlease_renewals_total",
-		Help: "Renewals of the current grant: written by the operator (mode Operator) or seen written by the holder (mode Holder).",
-	}, append(leaseLabels, "mode"))
-	renewalFailuresTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fencedlease_renewal_failures_total",
-		Help: "Renewals that failed: a renewal write of the operator that the API server did not accept (mode Operator), or a holder that did not renew within a lease duration (mode Holder).",
-	}, append(leaseLabels, "mode"))
+	grantsDesc = prometheus.NewDesc("fencedlease_grants_total",
+		"Grants committed: each one hands a new, higher fence to a pod.", leaseLabels, nil)
+	handoffsDesc = prometheus.NewDesc("fencedlease_handoffs_total",
+		"Committed grants that ended, by cause: "+strings.Join(holder.Causes, ", ")+".", append(leaseLabels, "cause"), nil)
+	expiredWhileRunningDesc = prometheus.NewDesc("fencedlease_expired_while_running_total",
+		"Grants that expired while their holder pod still looked healthy (containers ready): renewals were not confirmed in time, by the operator (cause expired) or by the holder itself (cause holder_stopped_renewing).", leaseLabels, nil)
+	renewalsDesc = prometheus.NewDesc("fencedlease_renewals_total",
+		"Renewals of the current grant: written by the operator (mode Operator) or seen written by the holder (mode Holder).", append(leaseLabels, "mode"), nil)
+	renewalFailuresDesc = prometheus.NewDesc("fencedlease_renewal_failures_total",
+		"Renewals that failed: a renewal write of the operator that the API server did not accept (mode Operator), or a holder that did not renew within a lease duration (mode Holder).", append(leaseLabels, "mode"), nil)
+	fenceRegressionsDesc = prometheus.NewDesc("fencedlease_fence_regressions_total",
+		"Grants refused because the API server handed out a resourceVersion not greater than a fence already published (a restored storage).", leaseLabels, nil)
+	fenceDesc = prometheus.NewDesc("fencedlease_fence",
+		"The fence of the current (or, without a holder, the last) grant, as the status records it.", leaseLabels, nil)
+	candidatesDesc = prometheus.NewDesc("fencedlease_candidates_eligible",
+		"Candidate pods that may hold the lease.", leaseLabels, nil)
+	holderDesc = prometheus.NewDesc("fencedlease_holder",
+		"1 while a pod holds a committed grant, 0 otherwise.", leaseLabels, nil)
+	holderSinceDesc = prometheus.NewDesc("fencedlease_holder_state_since_timestamp_seconds",
+		"Unix time at which fencedlease_holder last changed (or the operator first saw the FencedLease).", leaseLabels, nil)
+	lastRenewalDesc = prometheus.NewDesc("fencedlease_last_renewal_timestamp_seconds",
+		"Unix time at which the operator last saw the current grant written or renewed.", leaseLabels, nil)
+	pausedDesc = prometheus.NewDesc("fencedlease_paused",
+		"1 while spec.paused is set (nothing new is granted), 0 otherwise.", leaseLabels, nil)
+	leaseDurationDesc = prometheus.NewDesc("fencedlease_lease_duration_seconds",
+		"spec.leaseDurationSeconds, for alerts that compare times with it.", leaseLabels, nil)
+
 	heartbeatsTotal = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fencedlease_heartbeats_total",
 		Help: "Renewals of the operator's heartbeat Lease by this process: each renews every grant of renewal Operator the heartbeat vouches for.",
@@ -53,10 +63,6 @@ var (
 		Name: "fencedlease_heartbeat_failures_total",
 		Help: "Renewals of the operator's heartbeat Lease that failed. Grants it vouches for expire a lease duration after its last renewal.",
 	})
-	fenceRegressionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fencedlease_fence_regressions_total",
-		Help: "Grants refused because the API server handed out a resourceVersion not greater than a fence already published (a restored storage).",
-	}, leaseLabels)
 	acquisitionWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "fencedlease_acquisition_wait_seconds",
 		Help:    "Time from when an eligible candidate was waiting for the lease (no valid holder) to the commit of its grant, on the operator's clock. Under takeover Safe it includes the wait for the old grant to expire.",
@@ -67,34 +73,6 @@ var (
 		Help:    "How long committed grants lasted, from when the operator first saw them to their end.",
 		Buckets: []float64{1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 7 * 24 * 3600},
 	}, []string{"takeover"})
-	fenceGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "fencedlease_fence",
-		Help: "The fence of the current (or, without a holder, the last) grant, as the status records it.",
-	}, leaseLabels)
-	candidatesGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "fencedlease_candidates_eligible",
-		Help: "Candidate pods that may hold the lease.",
-	}, leaseLabels)
-	holderGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "fencedlease_holder",
-		Help: "1 while a pod holds a committed grant, 0 otherwise.",
-	}, leaseLabels)
-	holderSinceGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "fencedlease_holder_state_since_timestamp_seconds",
-		Help: "Unix time at which fencedlease_holder last changed (or the operator first saw the FencedLease).",
-	}, leaseLabels)
-	lastRenewalGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "fencedlease_last_renewal_timestamp_seconds",
-		Help: "Unix time at which the operator last saw the current grant written or renewed.",
-	}, leaseLabels)
-	pausedGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "fencedlease_paused",
-		Help: "1 while spec.paused is set (nothing new is granted), 0 otherwise.",
-	}, leaseLabels)
-	leaseDurationGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "fencedlease_lease_duration_seconds",
-		Help: "spec.leaseDurationSeconds, for alerts that compare times with it.",
-	}, leaseLabels)
 
 	// The operator's renewal pace (internal/pace), one series each.
 	renewalShareGauge = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -118,10 +96,6 @@ var (
 		Help: "How far into its slack (0 on time, 1 expired) the latest renewals ran, the highest over about the last 10 s. Above 0.25 no first grant is admitted.",
 	})
 
-	perLease = []interface{ DeletePartialMatch(prometheus.Labels) int }{
-		grantsTotal, handoffsTotal, expiredWhileRunningTotal, renewalsTotal, renewalFailuresTotal, fenceRegressionsTotal,
-		fenceGauge, candidatesGauge, holderGauge, holderSinceGauge, lastRenewalGauge, leaseDurationGauge, pausedGauge,
-	}
 	registerOnce sync.Once
 )
 
@@ -129,10 +103,8 @@ var (
 // registry, once per process (tests start many managers).
 func registerMetrics() {
 	registerOnce.Do(func() {
-		metrics.Registry.MustRegister(grantsTotal, handoffsTotal, expiredWhileRunningTotal, renewalsTotal, renewalFailuresTotal,
-			fenceRegressionsTotal, acquisitionWait, holdDuration, fenceGauge, candidatesGauge, holderGauge, holderSinceGauge,
-			lastRenewalGauge, leaseDurationGauge, pausedGauge, renewalShareGauge, renewalStretchGauge, saturatedGauge,
-			firstGrantRateGauge, renewalLatenessGauge, heartbeatsTotal, heartbeatFailuresTotal)
+		metrics.Registry.MustRegister(leases, acquisitionWait, holdDuration, renewalShareGauge, renewalStretchGauge,
+			saturatedGauge, firstGrantRateGauge, renewalLatenessGauge, heartbeatsTotal, heartbeatFailuresTotal)
 	})
 }
 
@@ -156,46 +128,57 @@ type outcome struct {
 }
 
 // leaseTrack is what the metrics need of a FencedLease across reconciles
-// (part of its memory): since when a candidate waits, and the last holder
-// state.
+// (part of its memory): since when a candidate waits, the last holder
+// state, and the values of its series.
 type leaseTrack struct {
 	waitingSince time.Time
 	holder       *bool
+	series       leaseSeries
 }
 
 // recordMetrics turns the outcome of one reconcile, and the status it
-// recorded, into series.
+// recorded, into the values of the FencedLease's series and observations of
+// the histograms.
 func (r *Reconciler) recordMetrics(s *scope) {
 	if s.stale {
 		return
 	}
-	ns, name := s.key.Namespace, s.key.Name
 	now := r.Clock.Now()
 	o := s.outcome
-	takeover := string(policyOf(s.fl, r.PendingGrace).Takeover)
+	p := policyOf(s.fl, r.PendingGrace)
+	takeover := string(p.Takeover)
+	if o.ended != "" {
+		holdDuration.WithLabelValues(takeover).Observe(o.heldFor.Seconds())
+	}
+	r.mem.mu.Lock()
+	defer r.mem.mu.Unlock()
+	tr := &r.mem.get(s.key).track
+	ls := &tr.series
+	ls.recorded = true
+	// The counters of the mode exist at 0 from the first look, so that
+	// rate() and increase() see their first increment.
+	ls.renewals.add(p.Renewal, 0)
+	ls.renewalFailures.add(p.Renewal, 0)
 	if o.renewed != "" {
-		renewalsTotal.WithLabelValues(ns, name, o.renewed).Inc()
-		lastRenewalGauge.WithLabelValues(ns, name).Set(unixSeconds(time.Now()))
+		ls.renewals.add(o.renewed, 1)
+		ls.lastRenewal = unixSeconds(time.Now())
 	}
 	if o.renewFailed != "" {
-		renewalFailuresTotal.WithLabelValues(ns, name, o.renewFailed).Inc()
+		ls.renewalFailures.add(o.renewFailed, 1)
 	}
 	if o.ended != "" {
-		handoffsTotal.WithLabelValues(ns, name, o.ended).Inc()
-		holdDuration.WithLabelValues(takeover).Observe(o.heldFor.Seconds())
+		ls.handoffs.add(o.ended, 1)
 		if holder.ExpiredWhileRunning(o.ended) {
-			expiredWhileRunningTotal.WithLabelValues(ns, name).Inc()
+			ls.expiredWhileRunning++
 		}
 	}
 	if o.regression {
-		fenceRegressionsTotal.WithLabelValues(ns, name).Inc()
+		ls.regressions++
 	}
-	r.mem.mu.Lock()
-	tr := &r.mem.get(s.key).track
 	switch {
 	case o.granted:
-		grantsTotal.WithLabelValues(ns, name).Inc()
-		lastRenewalGauge.WithLabelValues(ns, name).Set(unixSeconds(time.Now()))
+		ls.grants++
+		ls.lastRenewal = unixSeconds(time.Now())
 		if !tr.waitingSince.IsZero() {
 			acquisitionWait.WithLabelValues(takeover).Observe(now.Sub(tr.waitingSince).Seconds())
 		} else {
@@ -210,22 +193,13 @@ func (r *Reconciler) recordMetrics(s *scope) {
 	held := s.fl.Status.Holder != nil
 	if tr.holder == nil || *tr.holder != held {
 		tr.holder = &held
-		holderSinceGauge.WithLabelValues(ns, name).Set(unixSeconds(time.Now()))
+		ls.holderSince = unixSeconds(time.Now())
 	}
-	r.mem.mu.Unlock()
-	holderGauge.WithLabelValues(ns, name).Set(map[bool]float64{true: 1, false: 0}[held])
-	fenceGauge.WithLabelValues(ns, name).Set(float64(s.fl.Status.Fence))
-	candidatesGauge.WithLabelValues(ns, name).Set(float64(s.fl.Status.Candidates))
-	pausedGauge.WithLabelValues(ns, name).Set(map[bool]float64{true: 1, false: 0}[s.fl.Spec.Paused])
-	leaseDurationGauge.WithLabelValues(ns, name).Set(policyOf(s.fl, r.PendingGrace).LeaseDuration.Seconds())
-	// Create the counters of the FencedLease at 0, so that rate() and
-	// increase() see their first increment.
-	grantsTotal.WithLabelValues(ns, name)
-	fenceRegressionsTotal.WithLabelValues(ns, name)
-	expiredWhileRunningTotal.WithLabelValues(ns, name)
-	mode := policyOf(s.fl, r.PendingGrace).Renewal
-	renewalsTotal.WithLabelValues(ns, name, mode)
-	renewalFailuresTotal.WithLabelValues(ns, name, mode)
+	ls.holder = held
+	ls.fence = s.fl.Status.Fence
+	ls.candidates = s.fl.Status.Candidates
+	ls.paused = s.fl.Spec.Paused
+	ls.leaseDuration = p.LeaseDuration.Seconds()
 }
 
 // waitingForLease says whether the plan leaves an eligible candidate waiting

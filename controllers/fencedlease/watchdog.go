@@ -51,9 +51,7 @@ func (h *heartbeatRunner) Start(ctx context.Context) error {
 			// A renewal of the heartbeat is one of every grant it vouches
 			// for, as the metric of their last renewal shows.
 			renewed = b.changedAt
-			h.r.mem.eachVouched(func(key types.NamespacedName) {
-				lastRenewalGauge.WithLabelValues(key.Namespace, key.Name).Set(unixSeconds(time.Now()))
-			})
+			h.r.mem.renewedVouched(unixSeconds(time.Now()))
 		}
 		wake := append(h.r.mem.takeWentBack(), h.r.mem.unvouched(h.r.Clock.Now(), unhealthyAfter*interval)...)
 		for _, key := range wake {
@@ -87,17 +85,15 @@ func (m *memories) unvouch(key types.NamespacedName) {
 	delete(m.vouched, key)
 }
 
-// eachVouched calls f for every FencedLease whose held grant the heartbeat
-// vouches for.
-func (m *memories) eachVouched(f func(types.NamespacedName)) {
+// renewedVouched records a renewal, at unix time at, in the series of every
+// FencedLease whose held grant the heartbeat vouches for.
+func (m *memories) renewedVouched(at float64) {
 	m.mu.Lock()
-	keys := make([]types.NamespacedName, 0, len(m.vouched))
+	defer m.mu.Unlock()
 	for key := range m.vouched {
-		keys = append(keys, key)
-	}
-	m.mu.Unlock()
-	for _, key := range keys {
-		f(key)
+		if mem := m.byKey[key]; mem != nil {
+			mem.track.series.lastRenewal = at
+		}
 	}
 }
 
