@@ -61,8 +61,9 @@ func renewTimeOf(l *coordinationv1.Lease) string {
 // first time: the holder may act from the commit on, whenever it was
 // applied, and a commit's renewTime is when it was computed, which can be
 // long before (a write that sat in flight), or the renewTime already seen.
-// So the commit counts as a renewal now, when it is first seen, whatever
-// its renewTime says.
+// So the commit restarts the grant's clock now, when it is first seen,
+// whatever its renewTime says; renewed stays false for it (renewed counts
+// the renewals others wrote, and the commit is the grant's own write).
 func (o *memories) observe(key types.NamespacedName, l *coordinationv1.Lease, fence int64) (c holder.Clock, renewed bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/apistatus"
 	"github.com/fencedlease/fencedlease/internal/holder"
 	"github.com/fencedlease/fencedlease/internal/record"
 )
@@ -247,7 +248,7 @@ func (r *Reconciler) removeFinalizers(ctx context.Context, kind string, obj clie
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil
-	case otherUID(err):
+	case apistatus.OtherUID(err):
 		ctrl.LoggerFrom(ctx).V(4).Info("The "+kind+" is another one now; leaving its finalizer alone", "object", klog.KObj(obj), "err", err.Error())
 		return nil
 	case err != nil:
@@ -269,21 +270,6 @@ func finalizersPatch(obj client.Object) client.Patch {
 		panic(err) // strings always marshal
 	}
 	return client.RawPatch(types.MergePatchType, data)
-}
-
-// otherUID tells whether a write failed because it named the UID of an
-// object that the name no longer stands for (metadata.uid is immutable).
-func otherUID(err error) bool {
-	var status apierrors.APIStatus
-	if !apierrors.IsInvalid(err) || !errors.As(err, &status) || status.Status().Details == nil {
-		return false
-	}
-	for _, c := range status.Status().Details.Causes {
-		if c.Field == "metadata.uid" {
-			return true
-		}
-	}
-	return false
 }
 
 // releaseOrphan lets go of a deleted Lease whose FencedLease is gone (its

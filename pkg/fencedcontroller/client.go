@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/fencedlease/fencedlease/internal/apistatus"
 	"github.com/fencedlease/fencedlease/pkg/fence"
 )
 
@@ -245,16 +246,28 @@ func (c *fencedClient) Delete(ctx context.Context, obj client.Object, opts ...cl
 		pre = &metav1.Preconditions{}
 	}
 	if err := c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, stampPatch(pre))); err != nil {
-		if pre.UID != nil && apierrors.IsInvalid(err) {
+		if pre.UID != nil && apistatus.OtherUID(err) {
 			// The UID is immutable: the name stands for another object.
-			gvk, _ := c.inner.GroupVersionKindFor(obj)
-			err = apierrors.NewConflict(schema.GroupResource{Group: gvk.Group, Resource: gvk.Kind}, obj.GetName(),
-				fmt.Errorf("precondition failed: UID in precondition: %s: %w", *pre.UID, err))
+			err = apierrors.NewConflict(c.resource(obj), obj.GetName(),
+				fmt.Errorf("precondition failed: UID in precondition: %s (%w)", *pre.UID, err))
 		}
 		return fmt.Errorf("write the fence on %s before deleting it: %w", c.describe(obj), err)
 	}
 	rv := obj.GetResourceVersion()
 	return c.inner.Delete(ctx, obj, append(opts, client.Preconditions{UID: pre.UID, ResourceVersion: &rv})...)
+}
+
+// resource is the group and resource of obj, for an error that names it;
+// its kind when the client cannot map it.
+func (c *fencedClient) resource(obj client.Object) schema.GroupResource {
+	gvk, err := c.inner.GroupVersionKindFor(obj)
+	if err != nil {
+		return schema.GroupResource{Resource: fmt.Sprintf("%T", obj)}
+	}
+	if m, err := c.inner.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err == nil {
+		return m.Resource.GroupResource()
+	}
+	return schema.GroupResource{Group: gvk.Group, Resource: gvk.Kind}
 }
 
 // stampPatch is the merge patch that writes the fence on an object before

@@ -14,7 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -377,4 +379,43 @@ func TestDeleteKeepsTheCallersUIDPrecondition(t *testing.T) {
 	g.Expect(pre.UID).NotTo(BeNil(), "the delete dropped the caller's UID precondition")
 	g.Expect(*pre.UID).To(Equal(uid))
 	g.Expect(pre.ResourceVersion).NotTo(BeNil(), "the delete is not on the version the patch made")
+}
+
+// TestDeleteReportsAConflictOnlyForAnotherUID: the stamping patch refused
+// because the name stands for another object (its UID is not the one in
+// the precondition) is a conflict, as the API server answers such a
+// delete; refused as invalid for any other reason (a policy, a webhook) it
+// stays invalid, so that a caller retrying conflicts does not loop on it.
+func TestDeleteReportsAConflictOnlyForAnotherUID(t *testing.T) {
+	gk := schema.GroupKind{Kind: "ConfigMap"}
+	for _, tc := range []struct {
+		name       string
+		refusal    error
+		isConflict bool
+	}{
+		{"another object", apierrors.NewInvalid(gk, "state", field.ErrorList{field.Invalid(field.NewPath("metadata", "uid"), "u2", "field is immutable")}), true},
+		{"a policy", apierrors.NewInvalid(gk, "state", field.ErrorList{field.Invalid(field.NewPath("data"), "x", "denied by a policy")}), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			deleted := false
+			inner := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objects()...).WithInterceptorFuncs(interceptor.Funcs{
+				Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+					return tc.refusal
+				},
+				Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+					deleted = true
+					return c.Delete(ctx, obj, opts...)
+				},
+			}).Build()
+			c := fencedcontroller.NewClient(inner, &grants{g: fence.Grant{Lease: "widgets", Fence: 42}, held: true}, fencedcontroller.ClientOptions{FieldManager: "widget-controller"})
+			uid := types.UID("uid-of-state")
+			err := c.Delete(context.Background(), cm("state"), client.Preconditions{UID: &uid})
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(deleted).To(BeFalse(), "deleted after the stamping patch was refused")
+			g.Expect(apierrors.IsConflict(err)).To(Equal(tc.isConflict), "%v", err)
+			g.Expect(apierrors.IsInvalid(err)).To(Equal(!tc.isConflict), "%v", err)
+			g.Expect(err.Error()).To(ContainSubstring(tc.refusal.Error()))
+		})
+	}
 }
