@@ -84,8 +84,9 @@ const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 // slimPod keeps of a pod what the operator reads from its cache: the
 // metadata (labels and annotations included: the controller publishes
 // holders there and selects by labels), the node, the readiness gates, the
-// containers' names (Terminated counts them), the phase, the conditions and
-// the containers' states. The controller writes pods only with patches, so
+// phase, the conditions and, of a pod in phase Succeeded or Failed, the
+// containers' names and states (holder.Terminated counts and reads them;
+// of a pod in any other phase it reads nothing more than the phase). The controller writes pods only with patches, so
 // what is dropped here is never written back. A new read of another pod
 // field from the cache must be kept here too (TestSlimPodKeepsWhatIsRead).
 func slimPod(obj any) (any, error) {
@@ -95,18 +96,15 @@ func slimPod(obj any) (any, error) {
 	}
 	p.ManagedFields = nil
 	delete(p.Annotations, lastApplied)
-	p.Spec = corev1.PodSpec{
-		NodeName:       p.Spec.NodeName,
-		ReadinessGates: p.Spec.ReadinessGates,
-		InitContainers: names(p.Spec.InitContainers),
-		Containers:     names(p.Spec.Containers),
+	spec, status := corev1.PodSpec{NodeName: p.Spec.NodeName, ReadinessGates: p.Spec.ReadinessGates},
+		corev1.PodStatus{Phase: p.Status.Phase, Conditions: p.Status.Conditions}
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		// Only a finished pod's containers are read (holder.Terminated):
+		// a running one's would be a kilobyte of empty structs per pod.
+		spec.InitContainers, spec.Containers = names(p.Spec.InitContainers), names(p.Spec.Containers)
+		status.InitContainerStatuses, status.ContainerStatuses = states(p.Status.InitContainerStatuses), states(p.Status.ContainerStatuses)
 	}
-	p.Status = corev1.PodStatus{
-		Phase:                 p.Status.Phase,
-		Conditions:            p.Status.Conditions,
-		InitContainerStatuses: states(p.Status.InitContainerStatuses),
-		ContainerStatuses:     states(p.Status.ContainerStatuses),
-	}
+	p.Spec, p.Status = spec, status
 	return p, nil
 }
 
