@@ -20,12 +20,16 @@ type result struct {
 	// ended (all, or how far it got); ColdRegrants the grants that changed
 	// during it; WaitingForCapacity the FencedLeases waiting then for
 	// their first grant because the operator was saturated.
-	ColdHeld           int       `json:"cold_held"`
-	ColdRegrants       int       `json:"cold_regrants"`
-	WaitingForCapacity int       `json:"waiting_for_capacity"`
-	Steady             window    `json:"steady"`
-	Restarts           []restart `json:"restarts"`
-	ClientGo           clientGo  `json:"client_go"`
+	ColdHeld           int `json:"cold_held"`
+	ColdRegrants       int `json:"cold_regrants"`
+	WaitingForCapacity int `json:"waiting_for_capacity"`
+	// ColdWritesPerGrant are the API server's write requests of the cold
+	// start, by verb and resource, per FencedLease (all writes but the
+	// test's creates of the FencedLeases; the heartbeat's among them).
+	ColdWritesPerGrant map[string]float64 `json:"cold_writes_per_grant"`
+	Steady             window             `json:"steady"`
+	Restarts           []restart          `json:"restarts"`
+	ClientGo           clientGo           `json:"client_go"`
 }
 
 // progress is how many FencedLeases were held and published so long after

@@ -124,6 +124,8 @@ func TestScale(t *testing.T) {
 	g.Eventually(op.scrape).WithTimeout(time.Minute).Should(HaveKey("go_memstats_heap_inuse_bytes"), "the operator serves metrics")
 	m0, _ := op.scrape()
 
+	writes0, err := readAPIWrites(ctx, &cfg)
+	g.Expect(err).NotTo(HaveOccurred())
 	created := time.Now()
 	parallel(leases, 16, func(i int) {
 		fl := testenv.FencedLease(ns, fmt.Sprintf("fl-%d", i), map[string]string{"app": fmt.Sprintf("fl-%d", i)}, nil)
@@ -160,6 +162,13 @@ func TestScale(t *testing.T) {
 		time.Sleep(poll)
 	}
 	allHeld := time.Duration(res.ColdStart * float64(time.Second))
+	if writes1, err := readAPIWrites(ctx, &cfg); err == nil {
+		// The heartbeat's renewals are in it too: one a second.
+		res.ColdWritesPerGrant = perGrant(writes0, writes1, leases, leases)
+		t.Logf("cold start: API writes per first grant (the API server's count, the test's FencedLease creates left out): %s", describe(res.ColdWritesPerGrant))
+	} else {
+		t.Logf("cold start: API writes not counted: %v", err)
+	}
 	res.ColdQueue = queueLatencyBetween(m0, scrapeOr(op))
 	_, res.ColdRegrants = w.counts()
 	res.ColdHeld = res.ColdProgress[len(res.ColdProgress)-1].Held

@@ -1,0 +1,89 @@
+//go:build scale
+
+package scale_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// apiWrites are the write requests the API server counted
+// (apiserver_request_total), by verb and resource ("PATCH pods",
+// "PATCH fencedleases/status"), whatever their answer.
+type apiWrites map[string]float64
+
+// writeVerbs are the verbs of apiserver_request_total that write.
+var writeVerbs = map[string]bool{"CREATE": true, "POST": true, "UPDATE": true, "PUT": true, "PATCH": true, "APPLY": true, "DELETE": true}
+
+// readAPIWrites scrapes the API server's own metrics.
+func readAPIWrites(ctx context.Context, cfg *rest.Config) (apiWrites, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	body, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("scrape the API server: %w", err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("parse the API server's metrics: %w", err)
+	}
+	out := apiWrites{}
+	for _, m := range fams["apiserver_request_total"].GetMetric() {
+		l := map[string]string{}
+		for _, p := range m.GetLabel() {
+			l[p.GetName()] = p.GetValue()
+		}
+		if !writeVerbs[l["verb"]] {
+			continue
+		}
+		res := l["resource"]
+		if l["subresource"] != "" {
+			res += "/" + l["subresource"]
+		}
+		out[l["verb"]+" "+res] += m.GetCounter().GetValue()
+	}
+	return out, nil
+}
+
+// perGrant is the writes from before to after, less the test's own
+// (ownFencedLeases FencedLease creates), per first grant of n.
+func perGrant(before, after apiWrites, ownFencedLeases, n int) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range after {
+		d := v - before[k]
+		if k == "POST fencedleases" || k == "CREATE fencedleases" {
+			d -= float64(ownFencedLeases)
+		}
+		if d > 0 {
+			out[k] = d / float64(n)
+		}
+	}
+	return out
+}
+
+// describe is per-grant writes as one line, the most first, with their sum.
+func describe(w map[string]float64) string {
+	keys := make([]string, 0, len(w))
+	total := 0.0
+	for k, v := range w {
+		keys = append(keys, k)
+		total += v
+	}
+	sort.Slice(keys, func(i, j int) bool { return w[keys[i]] > w[keys[j]] })
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, w[k]))
+	}
+	return fmt.Sprintf("%.2f in all: %s", total, strings.Join(parts, ", "))
+}
