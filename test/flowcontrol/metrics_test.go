@@ -3,14 +3,10 @@
 package flowcontrol_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/fencedlease/fencedlease/test/testenv"
@@ -34,20 +30,7 @@ func operatorMetrics() (families, error) {
 
 // apiServerMetrics scrapes the API server's /metrics as the administrator.
 func apiServerMetrics(ctx context.Context) (families, error) {
-	cs, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		return nil, err
-	}
-	body, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("scrape the API server: %w", err)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		return nil, fmt.Errorf("parse the API server's metrics: %w", err)
-	}
-	return fams, nil
+	return testenv.APIServerMetrics(ctx, env.Config)
 }
 
 // delta is the change of a counter (or of a histogram's count) between two

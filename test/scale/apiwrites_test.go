@@ -3,16 +3,14 @@
 package scale_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"sort"
 	"strings"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
 // apiWrites are the write requests the API server counted
@@ -25,18 +23,9 @@ var writeVerbs = map[string]bool{"CREATE": true, "POST": true, "UPDATE": true, "
 
 // readAPIWrites scrapes the API server's own metrics.
 func readAPIWrites(ctx context.Context, cfg *rest.Config) (apiWrites, error) {
-	cs, err := kubernetes.NewForConfig(cfg)
+	fams, err := testenv.APIServerMetrics(ctx, cfg)
 	if err != nil {
 		return nil, err
-	}
-	body, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("scrape the API server: %w", err)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		return nil, fmt.Errorf("parse the API server's metrics: %w", err)
 	}
 	out := apiWrites{}
 	for _, m := range fams["apiserver_request_total"].GetMetric() {

@@ -17,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/fencedlease/fencedlease/test/harness"
@@ -114,4 +116,23 @@ func ScrapeText(ctx context.Context, addr, token string) (int, []byte, error) {
 // labels include every given label, summed, and false when none matches.
 func Sample(families map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
 	return harness.Sample(families, name, labels)
+}
+
+// APIServerMetrics scrapes the API server's own /metrics with cfg (an
+// identity allowed to get /metrics, such as the administrator's).
+func APIServerMetrics(ctx context.Context, cfg *rest.Config) (map[string]*dto.MetricFamily, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	body, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("scrape the API server: %w", err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("parse the API server's metrics: %w", err)
+	}
+	return fams, nil
 }
