@@ -86,9 +86,10 @@ const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 // holders there and selects by labels), the node, the readiness gates, the
 // phase, the conditions and, of a pod in phase Succeeded or Failed, the
 // containers' names and states (holder.Terminated counts and reads them;
-// of a pod in any other phase it reads nothing more than the phase). The controller writes pods only with patches, so
-// what is dropped here is never written back. A new read of another pod
-// field from the cache must be kept here too (TestSlimPodKeepsWhatIsRead).
+// of a pod in any other phase it reads nothing more than the phase). The
+// controller writes pods only with patches, so what is dropped here is
+// never written back. A new read of another pod field from the cache must
+// be kept here too (TestSlimPodKeepsWhatIsRead).
 func slimPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
