@@ -12,6 +12,7 @@ import (
 type result struct {
 	Leases       int          `json:"leases"`
 	PodsPerLease int          `json:"pods_per_lease"`
+	Namespaces   int          `json:"namespaces"`
 	PodsCreated  float64      `json:"pods_created_s"`
 	ColdStart    float64      `json:"cold_start_s"`
 	ColdProgress []progress   `json:"cold_progress"`

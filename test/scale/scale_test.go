@@ -66,7 +66,8 @@ func envDuration(name string, def time.Duration) time.Duration {
 // published (a cold start), then SCALE_STEADY of steady state, in which no
 // grant may change (zero re-grants, the same fence on every lease), with
 // the Lease writes per second, the operator's CPU and memory and its work
-// queue latency; then two restarts of the operator (caching slim pods, then
+// queue latency (SCALE_NAMESPACES spreads the FencedLeases and their pods
+// over that many namespaces, one by default); then two restarts of the operator (caching slim pods, then
 // whole pods with --cache-whole-pods): the time until the new process has
 // renewed every Lease, and its memory over SCALE_WINDOW; then
 // SCALE_CLIENTGO_GROUPS client-go elections of SCALE_PODS candidates with
@@ -94,9 +95,14 @@ func TestScale(t *testing.T) {
 	cfg.QPS, cfg.Burst = -1, 0
 	c, err := client.NewWithWatch(&cfg, client.Options{Scheme: setup.Scheme()})
 	g.Expect(err).NotTo(HaveOccurred())
-	ns, err := testenv.Namespace(ctx, c, "scale")
-	g.Expect(err).NotTo(HaveOccurred())
-	counts, err := countingCache(ctx, &cfg, ns)
+	nss := make([]string, max(envInt("SCALE_NAMESPACES", 1), 1))
+	for i := range nss {
+		nss[i], err = testenv.Namespace(ctx, c, "scale")
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	nsOf := func(i int) string { return nss[i%len(nss)] }
+	res.Namespaces = len(nss)
+	counts, err := countingCache(ctx, &cfg, nss)
 	g.Expect(err).NotTo(HaveOccurred())
 	for i := 0; i < 10; i++ {
 		g.Expect(testenv.EnsureNode(ctx, c, fmt.Sprintf("scale-node-%d", i))).To(Succeed())
@@ -107,7 +113,7 @@ func TestScale(t *testing.T) {
 	start := time.Now()
 	parallel(leases, 16, func(i int) {
 		for p := 0; p < podsPer; p++ {
-			err := createPod(ctx, c, ns, fmt.Sprintf("fl-%d-%d", i, p), fmt.Sprintf("fl-%d", i), fmt.Sprintf("scale-node-%d", (i+p)%10),
+			err := createPod(ctx, c, nsOf(i), fmt.Sprintf("fl-%d-%d", i, p), fmt.Sprintf("fl-%d", i), fmt.Sprintf("scale-node-%d", (i+p)%10),
 				start.Add(-time.Duration(p+1)*time.Minute))
 			if err != nil {
 				t.Error(err)
@@ -120,7 +126,7 @@ func TestScale(t *testing.T) {
 
 	bin, kubeconfig := buildOperator(t)
 	op := startOperator(t, ctx, bin, kubeconfig)
-	w := watchLeases(t, ctx, c, ns)
+	w := watchLeases(t, ctx, c, nss...)
 	g.Eventually(op.scrape).WithTimeout(time.Minute).Should(HaveKey("go_memstats_heap_inuse_bytes"), "the operator serves metrics")
 	m0, _ := op.scrape()
 
@@ -128,20 +134,21 @@ func TestScale(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	created := time.Now()
 	parallel(leases, 16, func(i int) {
-		fl := testenv.FencedLease(ns, fmt.Sprintf("fl-%d", i), map[string]string{"app": fmt.Sprintf("fl-%d", i)}, nil)
+		fl := testenv.FencedLease(nsOf(i), fmt.Sprintf("fl-%d", i), map[string]string{"app": fmt.Sprintf("fl-%d", i)}, nil)
 		if err := c.Create(ctx, fl); err != nil {
 			t.Error(err)
 		}
 	})
 	t.Logf("%d FencedLeases created in %s", leases, time.Since(created).Round(time.Millisecond))
 	go op.profile(ctx, t, "profile", fmt.Sprintf("%d-cold", leases))
+	go profileAPIServer(ctx, t, &cfg, fmt.Sprintf("apiserver-%d-cold", leases), 20*time.Second)
 	// Cold start: how many are held and published, every poll, until all
 	// are or SCALE_COLD_TIMEOUT passes; a run that times out records how
 	// far it got.
 	coldTimeout := envDuration("SCALE_COLD_TIMEOUT", 20*time.Minute)
 	lastLog := time.Now()
 	for {
-		held := publishedHolders(ctx, t, counts, ns)
+		held := publishedHolders(ctx, t, counts)
 		at := time.Since(created)
 		res.ColdProgress = append(res.ColdProgress, progress{Seconds: at.Seconds(), Held: held})
 		if held == leases {
@@ -172,7 +179,7 @@ func TestScale(t *testing.T) {
 	res.ColdQueue = queueLatencyBetween(m0, scrapeOr(op))
 	_, res.ColdRegrants = w.counts()
 	res.ColdHeld = res.ColdProgress[len(res.ColdProgress)-1].Held
-	res.WaitingForCapacity = waitingForCapacity(ctx, t, counts, ns)
+	res.WaitingForCapacity = waitingForCapacity(ctx, t, counts)
 	t.Logf("cold start: %d re-grants; %d FencedLeases wait for capacity", res.ColdRegrants, res.WaitingForCapacity)
 	if res.ColdStart > 0 {
 		t.Logf("cold start: all %d FencedLeases held and published %s after the first was created; queue latency %+v", leases, allHeld.Round(100*time.Millisecond), res.ColdQueue)
@@ -183,7 +190,7 @@ func TestScale(t *testing.T) {
 	op.profile(ctx, t, "heap", fmt.Sprintf("%d-heap", leases))
 
 	// Restarts: slim pods, then whole pods.
-	res.Restarts = restarts(t, ctx, counts, ns, bin, kubeconfig, op, w, leases, window, poll, res.ColdStart > 0)
+	res.Restarts = restarts(t, ctx, counts, bin, kubeconfig, op, w, leases, window, poll, res.ColdStart > 0)
 
 	// client-go elections with the same number of candidates.
 	if cgGroups > 0 {
@@ -240,7 +247,7 @@ func heartbeats(m map[string]float64) float64 { return m["fencedlease_heartbeats
 // the new process has renewed every Lease and all are held and published
 // (required when held is true; otherwise waited for at most a window), then
 // a window of steady state. No grant may change meanwhile.
-func restarts(t *testing.T, ctx context.Context, c client.Reader, ns, bin, kubeconfig string, op *operator, w *leaseWatch,
+func restarts(t *testing.T, ctx context.Context, c client.Reader, bin, kubeconfig string, op *operator, w *leaseWatch,
 	leases int, window, poll time.Duration, held bool) []restart {
 	g := NewWithT(t)
 	var out []restart
@@ -260,7 +267,7 @@ func restarts(t *testing.T, ctx context.Context, c client.Reader, ns, bin, kubec
 				return w.renewedSince(op.started) == leases || heartbeats(scrapeOr(op)) > 0
 			}).WithTimeout(10*time.Minute).WithPolling(100*time.Millisecond).Should(BeTrue(), "the new operator renews every Lease")
 			r.AllRenewed = time.Since(op.started).Seconds()
-			g.Eventually(func() int { return publishedHolders(ctx, t, c, ns) }).WithTimeout(10 * time.Minute).WithPolling(poll).Should(Equal(leases))
+			g.Eventually(func() int { return publishedHolders(ctx, t, c) }).WithTimeout(10 * time.Minute).WithPolling(poll).Should(Equal(leases))
 			r.AllHeld = time.Since(op.started).Seconds()
 		} else {
 			time.Sleep(window)
@@ -325,11 +332,12 @@ func parallel(n, workers int, f func(int)) {
 	wg.Wait()
 }
 
-// waitingForCapacity counts the FencedLeases whose first grant waits for the
-// operator's capacity (Held=False, WaitingForCapacity).
-func waitingForCapacity(ctx context.Context, t *testing.T, c client.Reader, ns string) int {
+// waitingForCapacity counts the FencedLeases of the counting cache whose
+// first grant waits for the operator's capacity (Held=False,
+// WaitingForCapacity).
+func waitingForCapacity(ctx context.Context, t *testing.T, c client.Reader) int {
 	var fls fencingv1alpha1.FencedLeaseList
-	if err := c.List(ctx, &fls, client.InNamespace(ns)); err != nil {
+	if err := c.List(ctx, &fls); err != nil {
 		t.Log(err)
 		return -1
 	}
@@ -342,17 +350,18 @@ func waitingForCapacity(ctx context.Context, t *testing.T, c client.Reader, ns s
 	return n
 }
 
-// publishedHolders counts the FencedLeases whose holder pod is published
-// with the fence the status records.
-func publishedHolders(ctx context.Context, t *testing.T, c client.Reader, ns string) int {
+// publishedHolders counts the FencedLeases of the counting cache whose
+// holder pod is published with the fence the status records (pod names are
+// unique across the test's namespaces).
+func publishedHolders(ctx context.Context, t *testing.T, c client.Reader) int {
 	var fls fencingv1alpha1.FencedLeaseList
 	pods := &metav1.PartialObjectMetadataList{}
 	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-	if err := c.List(ctx, &fls, client.InNamespace(ns)); err != nil {
+	if err := c.List(ctx, &fls); err != nil {
 		t.Log(err)
 		return -1
 	}
-	if err := c.List(ctx, pods, client.InNamespace(ns)); err != nil {
+	if err := c.List(ctx, pods); err != nil {
 		t.Log(err)
 		return -1
 	}
@@ -372,9 +381,13 @@ func publishedHolders(ctx context.Context, t *testing.T, c client.Reader, ns str
 }
 
 // countingCache is a cache of the FencedLeases and of the pods' metadata in
-// ns, synced, for counting without a LIST per poll.
-func countingCache(ctx context.Context, cfg *rest.Config, ns string) (cache.Cache, error) {
-	cc, err := cache.New(cfg, cache.Options{Scheme: setup.Scheme(), DefaultNamespaces: map[string]cache.Config{ns: {}},
+// the namespaces nss, synced, for counting without a LIST per poll.
+func countingCache(ctx context.Context, cfg *rest.Config, nss []string) (cache.Cache, error) {
+	namespaces := map[string]cache.Config{}
+	for _, ns := range nss {
+		namespaces[ns] = cache.Config{}
+	}
+	cc, err := cache.New(cfg, cache.Options{Scheme: setup.Scheme(), DefaultNamespaces: namespaces,
 		DefaultUnsafeDisableDeepCopy: ptr.To(true)})
 	if err != nil {
 		return nil, err
@@ -390,7 +403,8 @@ func countingCache(ctx context.Context, cfg *rest.Config, ns string) (cache.Cach
 	return cc, nil
 }
 
-// leaseWatch counts the Lease writes and re-grants of a namespace.
+// leaseWatch counts the Lease writes and re-grants of the namespaces it
+// watches (Lease names are unique across them).
 type leaseWatch struct {
 	mu          sync.Mutex
 	writes      int
@@ -400,45 +414,51 @@ type leaseWatch struct {
 	renewed     map[string]time.Time
 }
 
-func watchLeases(t *testing.T, ctx context.Context, c client.WithWatch, ns string) *leaseWatch {
-	w, err := c.Watch(ctx, &coordinationv1.LeaseList{}, client.InNamespace(ns))
-	if err != nil {
-		t.Fatal(err)
-	}
+func watchLeases(t *testing.T, ctx context.Context, c client.WithWatch, nss ...string) *leaseWatch {
 	lw := &leaseWatch{transitions: map[string]int32{}, fence: map[string]string{}, renewed: map[string]time.Time{}}
-	go func() {
-		rv := ""
-		for {
-			for ev := range w.ResultChan() {
-				if ev.Type == watch.Error {
-					rv = "" // too old: from now on
-				}
-				l, ok := ev.Object.(*coordinationv1.Lease)
-				if !ok {
-					continue
-				}
-				rv = l.ResourceVersion
-				if ev.Type != watch.Deleted {
-					lw.see(l)
-				}
+	for _, ns := range nss {
+		w, err := c.Watch(ctx, &coordinationv1.LeaseList{}, client.InNamespace(ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		go lw.follow(t, ctx, c, ns, w)
+	}
+	return lw
+}
+
+// follow records the Lease events of w, watching ns again when the API
+// server ends the watch.
+func (lw *leaseWatch) follow(t *testing.T, ctx context.Context, c client.WithWatch, ns string, w watch.Interface) {
+	rv := ""
+	for {
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Error {
+				rv = "" // too old: from now on
 			}
-			// The API server ended the watch: watch again from the last
-			// version seen.
-			for {
-				if ctx.Err() != nil {
-					return
-				}
-				next, err := c.Watch(ctx, &coordinationv1.LeaseList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
-				if err == nil {
-					w = next
-					break
-				}
-				t.Logf("watch the Leases of %s again: %v", ns, err)
-				time.Sleep(time.Second)
+			l, ok := ev.Object.(*coordinationv1.Lease)
+			if !ok {
+				continue
+			}
+			rv = l.ResourceVersion
+			if ev.Type != watch.Deleted {
+				lw.see(l)
 			}
 		}
-	}()
-	return lw
+		// The API server ended the watch: watch again from the last
+		// version seen.
+		for {
+			if ctx.Err() != nil {
+				return
+			}
+			next, err := c.Watch(ctx, &coordinationv1.LeaseList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+			if err == nil {
+				w = next
+				break
+			}
+			t.Logf("watch the Leases of %s again: %v", ns, err)
+			time.Sleep(time.Second)
+		}
+	}
 }
 
 func (lw *leaseWatch) see(l *coordinationv1.Lease) {
