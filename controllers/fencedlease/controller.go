@@ -108,6 +108,11 @@ type scope struct {
 	// publication waits for the caches: look again soon. Unlike stale, the
 	// status is still recorded.
 	again bool
+	// created is set when this reconcile created the Lease with its grant
+	// and committed that grant, and the status as read records no grant:
+	// the FencedLease's first grant, which publishFirst publishes without
+	// listing the pods.
+	created bool
 	// outcome is what the reconcile did, for the metrics.
 	outcome outcome
 }
@@ -176,10 +181,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 // had not seen the deletion may have written after the finalizer cleared it.
 func (r *Reconciler) reconcileGone(ctx context.Context, key types.NamespacedName) error {
 	r.mem.forget(key)
-	if err := r.releaseOrphan(ctx, key); err != nil {
+	released, err := r.releaseOrphan(ctx, key)
+	if err != nil {
 		return err
 	}
-	return r.clearPods(ctx, key.Namespace, key.Name, "")
+	// The pods are listed from the API server after an orphaned Lease was
+	// let go (its grant over, as in reconcileDelete); otherwise this only
+	// tidies what a lagging replica wrote, and the cache will do.
+	return r.clearPods(ctx, released, key.Namespace, key.Name, "")
 }
 
 // addFinalizer adds the FencedLease's finalizer. The reconcile goes on with

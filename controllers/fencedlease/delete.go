@@ -43,7 +43,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, fl *fencingv1alpha1.Fe
 	if l != nil {
 		return r.endGrantOfDeleted(ctx, fl, l)
 	}
-	if err := r.clearPods(ctx, fl.Namespace, fl.Name, fl.UID); err != nil {
+	if err := r.clearPods(ctx, true, fl.Namespace, fl.Name, fl.UID); err != nil {
 		return ctrl.Result{}, err
 	}
 	r.mem.forget(key)
@@ -117,25 +117,39 @@ func (r *Reconciler) endGrantOfDeleted(ctx context.Context, fl *fencingv1alpha1.
 // has taken since is left alone. uid is the FencedLease being deleted, or
 // empty when it is gone.
 //
+// Once a grant is over (a FencedLease being deleted, an orphaned Lease let
+// go), live lists the pods from the API server, not the cache: every pod
+// that carries the label then must be cleared, since a FencedLease created
+// again under the name publishes its first grant without a list of its own
+// (publishFirst). A cache that had not yet seen the label on the last
+// holder would leave it published, or leave a publication of the last
+// grant still in flight free to land.
+//
 // A FencedLease may be deleted and created again under the same name, and a
 // replica whose cache saw only the deletion would clear the pods of the new
 // one, its holder included. So once the pods are listed, the API server is
 // asked which FencedLease of that name exists now: if it is another one, its
 // pods are left to it. A publication of the new one after the list changes
 // its pod, and the clear on the version listed then fails.
-func (r *Reconciler) clearPods(ctx context.Context, namespace, name string, uid types.UID) error {
+func (r *Reconciler) clearPods(ctx context.Context, live bool, namespace, name string, uid types.UID) error {
 	var marked corev1.PodList
-	if err := r.List(ctx, &marked, client.InNamespace(namespace), client.MatchingFields{indexPodLabels: fencingv1alpha1.LabelLease + "=" + name}); err != nil {
+	var err error
+	if live {
+		err = r.APIReader.List(ctx, &marked, client.InNamespace(namespace), client.MatchingLabels{fencingv1alpha1.LabelLease: name})
+	} else {
+		err = r.List(ctx, &marked, client.InNamespace(namespace), client.MatchingFields{indexPodLabels: fencingv1alpha1.LabelLease + "=" + name})
+	}
+	if err != nil {
 		return fmt.Errorf("list pods of FencedLease %s: %w", klog.KRef(namespace, name), err)
 	}
 	if len(marked.Items) == 0 {
 		return nil
 	}
-	live := &fencingv1alpha1.FencedLease{}
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, live)
+	now := &fencingv1alpha1.FencedLease{}
+	err = r.APIReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, now)
 	switch {
-	case err == nil && live.UID != uid:
-		ctrl.LoggerFrom(ctx).V(4).Info("A FencedLease of the same name exists again; leaving its pods to it", "uid", live.UID)
+	case err == nil && now.UID != uid:
+		ctrl.LoggerFrom(ctx).V(4).Info("A FencedLease of the same name exists again; leaving its pods to it", "uid", now.UID)
 		return nil
 	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("read FencedLease %s before clearing its pods: %w", klog.KRef(namespace, name), err)

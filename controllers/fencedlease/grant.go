@@ -339,6 +339,9 @@ func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease) (ctr
 	}
 	policy := r.policyOf(s.fl)
 	oldName, held := ptr.Deref(s.lease.Spec.HolderIdentity, ""), r.mem.heldFor(s.key)
+	// The first grant of a FencedLease whose status, as read, never
+	// recorded one (publishFirst).
+	created := unsaved(s.lease) && s.recorded.Fence == 0 && s.recorded.Holder == nil
 	l, err := r.writeGrant(ctx, s.lease, target, policy, handoffMark(s))
 	if err != nil {
 		return ctrl.Result{}, err
@@ -368,7 +371,7 @@ func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease) (ctr
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	s.lease = l
+	s.lease, s.created = l, created
 	r.mem.confirmed(s.key, l, fence, true)
 	r.mem.notRefused(s.key)
 	s.outcome.granted = true

@@ -276,22 +276,23 @@ func finalizersPatch(obj client.Object) client.Patch {
 // finalizer removed by hand, so the operator never saw it deleting): the
 // garbage collector deleted the Lease, and only the operator's finalizer
 // keeps it. The FencedLease is confirmed gone on the API server first: a
-// lagging cache must not let go of a record still in use.
-func (r *Reconciler) releaseOrphan(ctx context.Context, key types.NamespacedName) error {
+// lagging cache must not let go of a record still in use. released says
+// whether it let one go.
+func (r *Reconciler) releaseOrphan(ctx context.Context, key types.NamespacedName) (released bool, err error) {
 	l := &coordinationv1.Lease{}
 	if err := r.Get(ctx, key, l); err != nil {
-		return client.IgnoreNotFound(err)
+		return false, client.IgnoreNotFound(err)
 	}
 	if l.DeletionTimestamp == nil || !controlledByFencedLease(l, key.Name) ||
 		!holder.HasRecord(l) {
-		return nil
+		return false, nil
 	}
-	err := r.APIReader.Get(ctx, key, &fencingv1alpha1.FencedLease{})
+	err = r.APIReader.Get(ctx, key, &fencingv1alpha1.FencedLease{})
 	switch {
 	case err == nil:
-		return nil
+		return false, nil
 	case !apierrors.IsNotFound(err):
-		return fmt.Errorf("read FencedLease %s before letting go of its Lease: %w", key, err)
+		return false, fmt.Errorf("read FencedLease %s before letting go of its Lease: %w", key, err)
 	}
-	return r.releaseLease(ctx, l)
+	return true, r.releaseLease(ctx, l)
 }

@@ -1,0 +1,169 @@
+package fencedlease
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/holder"
+)
+
+// livePodLists counts the lists of pods that r makes on the API server.
+func livePodLists(r *Reconciler, c client.Client) *int {
+	n := new(int)
+	r.APIReader = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			switch l := list.(type) {
+			case *corev1.PodList:
+				*n++
+			case *metav1.PartialObjectMetadataList:
+				if l.GetObjectKind().GroupVersionKind().Kind == "PodList" {
+					*n++
+				}
+			}
+			return cl.List(ctx, list, opts...)
+		},
+	})
+	return n
+}
+
+// TestAFirstGrantIsPublishedWithoutAList: the first grant of a FencedLease
+// is published by the reconcile that created its Lease with it, without
+// listing the pods from the API server (a pass over every pod of the
+// namespace there: half the API server's time in a cold start of 10,000
+// FencedLeases). A takeover still lists them.
+func TestAFirstGrantIsPublishedWithoutAList(t *testing.T) {
+	ctx, key := t.Context(), types.NamespacedName{Namespace: "n", Name: "db"}
+	fl := &fencingv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "db", Generation: 1, Finalizers: []string{fencingv1alpha1.Finalizer}},
+		Spec: fencingv1alpha1.FencedLeaseSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+			Takeover: fencingv1alpha1.TakeoverImmediate},
+	}
+	a, b := runningPod("a", time.Hour), runningPod("b", time.Minute)
+	c, r := grantWorld(t, fl, a, b)
+	lists := livePodLists(r, c)
+
+	first := reconcileUntilCommitted(t, r, c, key, 0)
+	if got := published(t, c, "a"); got != first {
+		t.Fatalf("first grant: pod a carries holder fence %d, want %d", got, first)
+	}
+	if *lists != 0 {
+		t.Fatalf("first grant: %d lists of pods on the API server, want none", *lists)
+	}
+
+	// The holder's containers stop being ready: b is granted, and the
+	// publication lists the pods to mark every other one.
+	if err := c.Get(ctx, client.ObjectKeyFromObject(a), a); err != nil {
+		t.Fatal(err)
+	}
+	a.Status.Conditions[0].Status = corev1.ConditionFalse
+	if err := c.Status().Update(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	next := reconcileUntilCommitted(t, r, c, key, first)
+	if got := published(t, c, "b"); got != next {
+		t.Fatalf("takeover: pod b carries holder fence %d, want %d", got, next)
+	}
+	if *lists == 0 {
+		t.Fatal("takeover: no list of the pods before publishing the new holder")
+	}
+
+}
+
+// TestAFirstGrantGoesTheUsualWayWhileAnotherPodIsPublished: a pod the cache
+// shows published as the FencedLease's holder (left by a FencedLease of the
+// same name whose finalizer was removed by hand), which the reconcile could
+// not demote from the cache (the pod changed under the write), makes the
+// first grant's publication list the pods and demote it first: never two
+// pods published as holder. (The fake API numbers versions per object, so
+// the new grant's fence is 1 as well; on a real API server it is higher.)
+func TestAFirstGrantGoesTheUsualWayWhileAnotherPodIsPublished(t *testing.T) {
+	ctx, key := t.Context(), types.NamespacedName{Namespace: "n", Name: "db"}
+	fl := &fencingv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "db", Generation: 1, Finalizers: []string{fencingv1alpha1.Finalizer}},
+		Spec:       fencingv1alpha1.FencedLeaseSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
+	}
+	a, left := runningPod("a", time.Hour), runningPod("left", time.Minute)
+	left.Labels[fencingv1alpha1.LabelLease] = "db"
+	left.Annotations = map[string]string{fencingv1alpha1.AnnotationLease: "db", fencingv1alpha1.AnnotationRole: holder.RoleHolder,
+		fencingv1alpha1.AnnotationFence: "1", fencingv1alpha1.AnnotationGrant: "1"}
+	left.Status.Conditions[0].Status = corev1.ConditionFalse // not eligible: a is granted
+	c, r := grantWorld(t, fl, a, left)
+	lists := livePodLists(r, c)
+	conflicted := false
+	r.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if obj.GetName() == "left" && !conflicted {
+				conflicted = true
+				return apierrors.NewConflict(corev1.Resource("pods"), "left", errors.New("the kubelet wrote it"))
+			}
+			return cl.Patch(ctx, obj, patch, opts...)
+		},
+	})
+
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	if !conflicted {
+		t.Fatal("the reconcile did not try to demote pod left from its cache")
+	}
+	if a, left := published(t, c, "a"), published(t, c, "left"); a != 0 && left != 0 {
+		t.Fatalf("pods a and left both published as holder (fences %d and %d)", a, left)
+	}
+	first := reconcileUntilCommitted(t, r, c, key, 0)
+	if got := published(t, c, "a"); got != first {
+		t.Fatalf("pod a carries holder fence %d, want %d", got, first)
+	}
+	if *lists == 0 {
+		t.Fatal("the first grant was published without a list while the cache showed another pod published as holder")
+	}
+}
+
+// TestDeletionClearsThePodsTheAPIServerLists: a FencedLease being deleted
+// clears its label and annotations from every pod the API server lists with
+// its label, also one its cache does not show yet (a FencedLease created
+// again under the name publishes its first grant without a list of its
+// own).
+func TestDeletionClearsThePodsTheAPIServerLists(t *testing.T) {
+	ctx, key := t.Context(), types.NamespacedName{Namespace: "n", Name: "db"}
+	now := metav1.Now()
+	fl := &fencingv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "db", Generation: 1, Finalizers: []string{fencingv1alpha1.Finalizer},
+			DeletionTimestamp: &now},
+		Spec: fencingv1alpha1.FencedLeaseSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
+	}
+	pod := runningPod("p", time.Hour)
+	pod.Labels[fencingv1alpha1.LabelLease] = "db"
+	pod.Annotations = map[string]string{fencingv1alpha1.AnnotationLease: "db", fencingv1alpha1.AnnotationRole: holder.RoleHolder,
+		fencingv1alpha1.AnnotationFence: "7", fencingv1alpha1.AnnotationGrant: "7"}
+	c, r := grantWorld(t, fl, pod)
+	// The cache has not seen the pod labelled yet.
+	r.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*corev1.PodList); ok {
+				return nil
+			}
+			return cl.List(ctx, list, opts...)
+		},
+	})
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	got := &corev1.Pod{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+		t.Fatal(err)
+	}
+	if p := publicationOf(got, "db"); !p.Bare() {
+		t.Fatalf("pod p after FencedLease db was deleted: %+v, want nothing of db left", p)
+	}
+}
