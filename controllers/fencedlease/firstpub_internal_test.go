@@ -18,6 +18,16 @@ import (
 	"github.com/fencedlease/fencedlease/internal/holder"
 )
 
+// dbFencedLease is FencedLease db in namespace n, selecting app=db, with
+// its finalizer.
+func dbFencedLease(takeover fencingv1alpha1.TakeoverPolicy) *fencingv1alpha1.FencedLease {
+	return &fencingv1alpha1.FencedLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "db", Generation: 1, Finalizers: []string{fencingv1alpha1.Finalizer}},
+		Spec: fencingv1alpha1.FencedLeaseSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+			Takeover: takeover},
+	}
+}
+
 // livePodLists counts the lists of pods that r makes on the API server.
 func livePodLists(r *Reconciler, c client.Client) *int {
 	n := new(int)
@@ -43,12 +53,8 @@ func livePodLists(r *Reconciler, c client.Client) *int {
 // namespace there: half the API server's time in a cold start of 10,000
 // FencedLeases). A takeover still lists them.
 func TestAFirstGrantIsPublishedWithoutAList(t *testing.T) {
-	ctx, key := t.Context(), types.NamespacedName{Namespace: "n", Name: "db"}
-	fl := &fencingv1alpha1.FencedLease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "db", Generation: 1, Finalizers: []string{fencingv1alpha1.Finalizer}},
-		Spec: fencingv1alpha1.FencedLeaseSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
-			Takeover: fencingv1alpha1.TakeoverImmediate},
-	}
+	key := types.NamespacedName{Namespace: "n", Name: "db"}
+	fl := dbFencedLease(fencingv1alpha1.TakeoverImmediate)
 	a, b := runningPod("a", time.Hour), runningPod("b", time.Minute)
 	c, r := grantWorld(t, fl, a, b)
 	lists := livePodLists(r, c)
@@ -63,13 +69,7 @@ func TestAFirstGrantIsPublishedWithoutAList(t *testing.T) {
 
 	// The holder's containers stop being ready: b is granted, and the
 	// publication lists the pods to mark every other one.
-	if err := c.Get(ctx, client.ObjectKeyFromObject(a), a); err != nil {
-		t.Fatal(err)
-	}
-	a.Status.Conditions[0].Status = corev1.ConditionFalse
-	if err := c.Status().Update(ctx, a); err != nil {
-		t.Fatal(err)
-	}
+	containersNotReady(t, c, a)
 	next := reconcileUntilCommitted(t, r, c, key, first)
 	if got := published(t, c, "b"); got != next {
 		t.Fatalf("takeover: pod b carries holder fence %d, want %d", got, next)
@@ -77,7 +77,6 @@ func TestAFirstGrantIsPublishedWithoutAList(t *testing.T) {
 	if *lists == 0 {
 		t.Fatal("takeover: no list of the pods before publishing the new holder")
 	}
-
 }
 
 // TestAFirstGrantGoesTheUsualWayWhileAnotherPodIsPublished: a pod the cache
@@ -89,10 +88,7 @@ func TestAFirstGrantIsPublishedWithoutAList(t *testing.T) {
 // the new grant's fence is 1 as well; on a real API server it is higher.)
 func TestAFirstGrantGoesTheUsualWayWhileAnotherPodIsPublished(t *testing.T) {
 	ctx, key := t.Context(), types.NamespacedName{Namespace: "n", Name: "db"}
-	fl := &fencingv1alpha1.FencedLease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "db", Generation: 1, Finalizers: []string{fencingv1alpha1.Finalizer}},
-		Spec:       fencingv1alpha1.FencedLeaseSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
-	}
+	fl := dbFencedLease("")
 	a, left := runningPod("a", time.Hour), runningPod("left", time.Minute)
 	left.Labels[fencingv1alpha1.LabelLease] = "db"
 	left.Annotations = map[string]string{fencingv1alpha1.AnnotationLease: "db", fencingv1alpha1.AnnotationRole: holder.RoleHolder,
@@ -137,11 +133,8 @@ func TestAFirstGrantGoesTheUsualWayWhileAnotherPodIsPublished(t *testing.T) {
 func TestDeletionClearsThePodsTheAPIServerLists(t *testing.T) {
 	ctx, key := t.Context(), types.NamespacedName{Namespace: "n", Name: "db"}
 	now := metav1.Now()
-	fl := &fencingv1alpha1.FencedLease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "db", Generation: 1, Finalizers: []string{fencingv1alpha1.Finalizer},
-			DeletionTimestamp: &now},
-		Spec: fencingv1alpha1.FencedLeaseSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
-	}
+	fl := dbFencedLease("")
+	fl.DeletionTimestamp = &now
 	pod := runningPod("p", time.Hour)
 	pod.Labels[fencingv1alpha1.LabelLease] = "db"
 	pod.Annotations = map[string]string{fencingv1alpha1.AnnotationLease: "db", fencingv1alpha1.AnnotationRole: holder.RoleHolder,

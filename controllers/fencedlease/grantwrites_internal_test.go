@@ -27,7 +27,7 @@ import (
 // the next reconcile instead cost a takeover a trip through the workqueue
 // and a wait for the caches to show the status and the Lease just written.
 func TestAGrantIsPublishedByTheReconcileThatCommitsIt(t *testing.T) {
-	ctx, key := context.Background(), types.NamespacedName{Namespace: "n", Name: "db"}
+	key := types.NamespacedName{Namespace: "n", Name: "db"}
 	fl := &fencingv1alpha1.FencedLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "db", Generation: 1, Finalizers: []string{fencingv1alpha1.Finalizer}},
 		Spec: fencingv1alpha1.FencedLeaseSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
@@ -45,13 +45,7 @@ func TestAGrantIsPublishedByTheReconcileThatCommitsIt(t *testing.T) {
 
 	// The holder's containers stop being ready: one reconcile grants b and
 	// publishes it.
-	if err := c.Get(ctx, client.ObjectKeyFromObject(a), a); err != nil {
-		t.Fatal(err)
-	}
-	a.Status.Conditions[0].Status = corev1.ConditionFalse
-	if err := c.Status().Update(ctx, a); err != nil {
-		t.Fatal(err)
-	}
+	containersNotReady(t, c, a)
 	next := reconcileUntilCommitted(t, r, c, key, first)
 	if next <= first {
 		t.Fatalf("takeover: fence %d, want more than %d", next, first)
@@ -165,6 +159,18 @@ func reconcileUntilCommitted(t *testing.T, r *Reconciler, c client.Client, key t
 	}
 	t.Fatalf("no grant above fence %d committed after 10 reconciles", after)
 	return 0
+}
+
+// containersNotReady makes the containers of the pod not ready.
+func containersNotReady(t *testing.T, c client.Client, pod *corev1.Pod) {
+	t.Helper()
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(pod), pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.Conditions[0].Status = corev1.ConditionFalse
+	if err := c.Status().Update(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // published is the fence a pod is published as holder with, or 0.

@@ -219,16 +219,24 @@ func (r *Reconciler) publishHolder(ctx context.Context, s *scope, target *corev1
 	if live == nil {
 		return fmt.Errorf("pod %s does not carry the label %s=%s yet; publishing fence %d later: %w", klog.KObj(target), fencingv1alpha1.LabelLease, s.fl.Name, fence, errLookAgain)
 	}
-	if p := publicationOf(live, s.fl.Name); p.IsHolder() && p.Fence == fence {
+	return r.publishOn(ctx, s, target, live, fence)
+}
+
+// publishOn carries out steps 4 and 5 of a publication: the grant must
+// still be current, then the holder is published on the version of the pod
+// that on carries (the pod as listed, or target itself), unless it is
+// published already. target is then updated to that write.
+func (r *Reconciler) publishOn(ctx context.Context, s *scope, target *corev1.Pod, on client.Object, fence int64) error {
+	if p := publicationOf(on, s.fl.Name); p.IsHolder() && p.Fence == fence {
 		return nil // published already; the cache had not seen it
 	}
-	if err := r.heldElsewhere(ctx, s.fl, live); err != nil {
+	if err := r.heldElsewhere(ctx, s.fl, on); err != nil {
 		return err
 	}
 	if err := r.confirmGrant(ctx, s, target.UID, fence); err != nil {
 		return err
 	}
-	if err := r.Patch(ctx, live, publicationPatch(holderAction, s.fl.Name, fence, live.ResourceVersion)); err != nil {
+	if err := r.Patch(ctx, on, publicationPatch(holderAction, s.fl.Name, fence, on.GetResourceVersion())); err != nil {
 		return fmt.Errorf("publish fence %d to pod %s: %w", fence, klog.KObj(target), err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Published fence to holder", "lease", klog.KObj(s.fl), "holder", target.Name, "fence", fence, "transition", fencingv1alpha1.EventHolderGranted)
@@ -236,8 +244,8 @@ func (r *Reconciler) publishHolder(ctx context.Context, s *scope, target *corev1
 	// The condition is written on the version the publication made: it
 	// fails if the pod changed since (demoted by a newer grant's
 	// publication, say), and the next pass looks again.
-	target.ResourceVersion = live.ResourceVersion
-	target.Annotations = live.Annotations
+	target.ResourceVersion = on.GetResourceVersion()
+	target.Annotations = on.GetAnnotations()
 	return r.syncHolderCondition(ctx, target, holderConditionWanted(target, s.fl.Name, holder.LeaseOf(s.lease)))
 }
 
@@ -269,25 +277,10 @@ func (r *Reconciler) publishHolder(ctx context.Context, s *scope, target *corev1
 // FencedLease all the same (its finalizer removed by hand, say), the
 // publication goes the usual way.
 func (r *Reconciler) publishFirst(ctx context.Context, s *scope, target *corev1.Pod, fence int64) error {
-	p := publicationOf(target, s.fl.Name)
-	switch {
-	case !p.Labelled:
+	if !publicationOf(target, s.fl.Name).Labelled {
 		return fmt.Errorf("pod %s does not carry the label %s=%s yet; publishing fence %d later: %w", klog.KObj(target), fencingv1alpha1.LabelLease, s.fl.Name, fence, errLookAgain)
-	case p.IsHolder() && p.Fence == fence:
-		return nil
 	}
-	if err := r.heldElsewhere(ctx, s.fl, target); err != nil {
-		return err
-	}
-	if err := r.confirmGrant(ctx, s, target.UID, fence); err != nil {
-		return err
-	}
-	if err := r.Patch(ctx, target, publicationPatch(holderAction, s.fl.Name, fence, target.ResourceVersion)); err != nil {
-		return fmt.Errorf("publish fence %d to pod %s: %w", fence, klog.KObj(target), err)
-	}
-	ctrl.LoggerFrom(ctx).Info("Published fence to holder", "lease", klog.KObj(s.fl), "holder", target.Name, "fence", fence, "transition", fencingv1alpha1.EventHolderGranted)
-	r.podEvent(target, s.fl, eventNormal, fencingv1alpha1.EventHolderGranted, "Publish", "Holds FencedLease %s with fence %d", s.fl.Name, fence)
-	return r.syncHolderCondition(ctx, target, holderConditionWanted(target, s.fl.Name, holder.LeaseOf(s.lease)))
+	return r.publishOn(ctx, s, target, target, fence)
 }
 
 // otherHolder says whether a pod of the FencedLease other than the one with
