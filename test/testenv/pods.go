@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -177,15 +178,21 @@ func EnsureNode(ctx context.Context, c client.Client, name string) error {
 
 // SetNodeLost marks a node as the node lifecycle controller does when its
 // kubelet stops reporting: Ready Unknown and the unreachable taint. The pods
-// on it keep the ContainersReady their kubelet last reported.
+// on it keep the ContainersReady their kubelet last reported. A node that
+// carries the taint already (a call before whose reply was lost, say)
+// keeps it as it is: taints are unique by key and effect.
 func SetNodeLost(ctx context.Context, c client.Client, name string) error {
 	node := &corev1.Node{}
 	if err := c.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 		return fmt.Errorf("get node %s: %w", name, err)
 	}
-	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute, TimeAdded: ptrNow()})
-	if err := c.Update(ctx, node); err != nil {
-		return fmt.Errorf("taint node %s: %w", name, err)
+	if !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Key == corev1.TaintNodeUnreachable && t.Effect == corev1.TaintEffectNoExecute
+	}) {
+		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute, TimeAdded: ptrNow()})
+		if err := c.Update(ctx, node); err != nil {
+			return fmt.Errorf("taint node %s: %w", name, err)
+		}
 	}
 	for i := range node.Status.Conditions {
 		if node.Status.Conditions[i].Type == corev1.NodeReady {
