@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -14,7 +15,14 @@ import (
 // node lifecycle controller removes the unreachable and not-ready taints and
 // the node's Ready condition turns True. A chaos run needs lost nodes to come
 // back, or every candidate would end up on a lost node.
+// A write that conflicts (the node changed since it was read: the node
+// lifecycle controller of a real control plane writes nodes too) is made
+// again on the node as it is then.
 func SetNodeReady(ctx context.Context, c client.Client, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return setNodeReady(ctx, c, name) })
+}
+
+func setNodeReady(ctx context.Context, c client.Client, name string) error {
 	node := &corev1.Node{}
 	if err := c.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 		return fmt.Errorf("get node %s: %w", name, err)

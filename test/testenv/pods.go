@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -180,8 +181,13 @@ func EnsureNode(ctx context.Context, c client.Client, name string) error {
 // kubelet stops reporting: Ready Unknown and the unreachable taint. The pods
 // on it keep the ContainersReady their kubelet last reported. A node that
 // carries the taint already (a call before whose reply was lost, say)
-// keeps it as it is: taints are unique by key and effect.
+// keeps it as it is: taints are unique by key and effect. A write that
+// conflicts is made again on the node as it is then (SetNodeReady).
 func SetNodeLost(ctx context.Context, c client.Client, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return setNodeLost(ctx, c, name) })
+}
+
+func setNodeLost(ctx context.Context, c client.Client, name string) error {
 	node := &corev1.Node{}
 	if err := c.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 		return fmt.Errorf("get node %s: %w", name, err)
