@@ -13,16 +13,21 @@ import (
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
-// apiWrites are the write requests the API server counted
-// (apiserver_request_total), by verb and resource ("PATCH pods",
-// "PATCH fencedleases/status"), whatever their answer.
+// apiWrites are the requests the API server counted
+// (apiserver_request_total) of some verbs, by verb and resource ("PATCH
+// pods", "PATCH fencedleases/status", "LIST pods"), whatever their answer.
 type apiWrites map[string]float64
 
-// writeVerbs are the verbs of apiserver_request_total that write.
-var writeVerbs = map[string]bool{"CREATE": true, "POST": true, "UPDATE": true, "PUT": true, "PATCH": true, "APPLY": true, "DELETE": true}
+// writeVerbs are the verbs of apiserver_request_total that write; listVerbs
+// the one that lists.
+var (
+	writeVerbs = map[string]bool{"CREATE": true, "POST": true, "UPDATE": true, "PUT": true, "PATCH": true, "APPLY": true, "DELETE": true}
+	listVerbs  = map[string]bool{"LIST": true}
+)
 
-// readAPIWrites scrapes the API server's own metrics.
-func readAPIWrites(ctx context.Context, cfg *rest.Config) (apiWrites, error) {
+// readAPIRequests scrapes the API server's own metrics for the requests of
+// verbs.
+func readAPIRequests(ctx context.Context, cfg *rest.Config, verbs map[string]bool) (apiWrites, error) {
 	fams, err := testenv.APIServerMetrics(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -33,7 +38,7 @@ func readAPIWrites(ctx context.Context, cfg *rest.Config) (apiWrites, error) {
 		for _, p := range m.GetLabel() {
 			l[p.GetName()] = p.GetValue()
 		}
-		if !writeVerbs[l["verb"]] {
+		if !verbs[l["verb"]] {
 			continue
 		}
 		res := l["resource"]

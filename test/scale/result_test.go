@@ -28,9 +28,11 @@ type result struct {
 	// start, by verb and resource, per FencedLease (all writes but the
 	// test's creates of the FencedLeases; the heartbeat's among them).
 	ColdWritesPerGrant map[string]float64 `json:"cold_writes_per_grant"`
-	Steady             window             `json:"steady"`
-	Restarts           []restart          `json:"restarts"`
-	ClientGo           clientGo           `json:"client_go"`
+	// ColdListsPerGrant are its LIST requests, likewise.
+	ColdListsPerGrant map[string]float64 `json:"cold_lists_per_grant"`
+	Steady            window             `json:"steady"`
+	Restarts          []restart          `json:"restarts"`
+	ClientGo          clientGo           `json:"client_go"`
 }
 
 // progress is how many FencedLeases were held and published so long after

@@ -130,7 +130,9 @@ func TestScale(t *testing.T) {
 	g.Eventually(op.scrape).WithTimeout(time.Minute).Should(HaveKey("go_memstats_heap_inuse_bytes"), "the operator serves metrics")
 	m0, _ := op.scrape()
 
-	writes0, err := readAPIWrites(ctx, &cfg)
+	writes0, err := readAPIRequests(ctx, &cfg, writeVerbs)
+	g.Expect(err).NotTo(HaveOccurred())
+	lists0, err := readAPIRequests(ctx, &cfg, listVerbs)
 	g.Expect(err).NotTo(HaveOccurred())
 	created := time.Now()
 	parallel(leases, 16, func(i int) {
@@ -169,12 +171,20 @@ func TestScale(t *testing.T) {
 		time.Sleep(poll)
 	}
 	allHeld := time.Duration(res.ColdStart * float64(time.Second))
-	if writes1, err := readAPIWrites(ctx, &cfg); err == nil {
+	if writes1, err := readAPIRequests(ctx, &cfg, writeVerbs); err == nil {
 		// The heartbeat's renewals are in it too: one a second.
 		res.ColdWritesPerGrant = perGrant(writes0, writes1, leases, leases)
 		t.Logf("cold start: API writes per first grant (the API server's count, the test's FencedLease creates left out): %s", describe(res.ColdWritesPerGrant))
 	} else {
 		t.Logf("cold start: API writes not counted: %v", err)
+	}
+	if lists1, err := readAPIRequests(ctx, &cfg, listVerbs); err == nil {
+		// A list costs the API server a pass over every object of its
+		// namespace that it filters.
+		res.ColdListsPerGrant = perGrant(lists0, lists1, 0, leases)
+		t.Logf("cold start: API lists per first grant: %s", describe(res.ColdListsPerGrant))
+	} else {
+		t.Logf("cold start: API lists not counted: %v", err)
 	}
 	res.ColdQueue = queueLatencyBetween(m0, scrapeOr(op))
 	_, res.ColdRegrants = w.counts()
