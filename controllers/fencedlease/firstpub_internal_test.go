@@ -3,6 +3,7 @@ package fencedlease
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -158,5 +159,80 @@ func TestDeletionClearsThePodsTheAPIServerLists(t *testing.T) {
 	}
 	if p := publicationOf(got, "db"); !p.Bare() {
 		t.Fatalf("pod p after FencedLease db was deleted: %+v, want nothing of db left", p)
+	}
+}
+
+// TestTheReconcileAfterAGrantTrustsItsOwnPublication: the reconcile that
+// follows a grant, a millisecond after the one that published it, reads
+// the holder from a pod cache that has not seen the publication yet. It
+// knows the pod is published (this process wrote it, at a later version
+// than the cache shows) and does not publish again the usual way, whose
+// list of the namespace's pods on the API server would only find it done.
+// A pod that changed after the publication is looked at as usual.
+func TestTheReconcileAfterAGrantTrustsItsOwnPublication(t *testing.T) {
+	ctx, key := t.Context(), types.NamespacedName{Namespace: "n", Name: "db"}
+	a, b := runningPod("a", time.Hour), runningPod("b", time.Minute)
+	c, r := grantWorld(t, dbFencedLease(""), a, b)
+	lists := livePodLists(r, c)
+	fence := reconcileUntilCommitted(t, r, c, key, 0)
+	if got := published(t, c, "a"); got != fence || *lists != 0 {
+		t.Fatalf("first grant: pod a published with fence %d after %d lists, want %d and none", got, *lists, fence)
+	}
+
+	// The cache shows pod a as it was just before its publication:
+	// labelled, not yet published, one version older.
+	stored := &corev1.Pod{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(a), stored); err != nil {
+		t.Fatal(err)
+	}
+	stale := stored.DeepCopy()
+	for _, k := range podAnnotations {
+		delete(stale.Annotations, k)
+	}
+	rv, err := strconv.Atoi(stored.ResourceVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.ResourceVersion = strconv.Itoa(rv - 1)
+	lagging := func(of *corev1.Pod) {
+		r.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+			List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+				if err := cl.List(ctx, list, opts...); err != nil {
+					return err
+				}
+				if pods, ok := list.(*corev1.PodList); ok {
+					for i := range pods.Items {
+						if pods.Items[i].UID == of.UID {
+							pods.Items[i] = *of.DeepCopy()
+						}
+					}
+				}
+				return nil
+			},
+		})
+	}
+	lagging(stale)
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	if *lists != 0 {
+		t.Fatalf("the reconcile after the grant listed the pods %d times: it published again a pod it had published", *lists)
+	}
+	if got := published(t, c, "a"); got != fence {
+		t.Fatalf("pod a carries holder fence %d, want %d", got, fence)
+	}
+
+	// The pod's publication is cleared by hand after it: the cache, once it
+	// shows that newer version, has the publication made again.
+	stored.Annotations[fencingv1alpha1.AnnotationRole] = holder.RoleStandby
+	if err := c.Update(ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+	lagging(stored)
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	if got := published(t, c, "a"); got != fence {
+		t.Fatalf("pod a changed after its publication: holder fence %d, want %d published again", got, fence)
 	}
 }

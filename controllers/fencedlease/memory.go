@@ -43,6 +43,9 @@ type memory struct {
 	// podsAhead is the same for the cache of its pods, whose writes carry
 	// the versions read (inputs.go).
 	podsAhead bool
+	// published is this process's last publication of a holder, with the
+	// pod's resourceVersion it wrote (publish.go).
+	published ownPublication
 }
 
 // memories are the memories of every FencedLease, created on first use and

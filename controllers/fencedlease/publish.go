@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -80,7 +81,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) (ctrl.Result, 
 			conditions = append(conditions, err)
 		}
 	}
-	if target, fence := publishable(s); target != nil && len(errs) == 0 {
+	if target, fence := publishable(s); target != nil && len(errs) == 0 && !r.mem.publishedLately(s.key, target, fence) {
 		if err := r.publishHolder(ctx, s, target, fence, false); err != nil {
 			errs = append(errs, err)
 		}
@@ -239,6 +240,7 @@ func (r *Reconciler) publishOn(ctx context.Context, s *scope, target *corev1.Pod
 	if err := r.Patch(ctx, on, publicationPatch(holderAction, s.fl.Name, fence, on.GetResourceVersion())); err != nil {
 		return fmt.Errorf("publish fence %d to pod %s: %w", fence, klog.KObj(target), err)
 	}
+	r.mem.publishedNow(s.key, ownPublication{uid: target.UID, fence: fence, rv: on.GetResourceVersion()})
 	ctrl.LoggerFrom(ctx).Info("Published fence to holder", "lease", klog.KObj(s.fl), "holder", target.Name, "fence", fence, "transition", fencingv1alpha1.EventHolderGranted)
 	r.podEvent(target, s.fl, eventNormal, fencingv1alpha1.EventHolderGranted, "Publish", "Holds FencedLease %s with fence %d", s.fl.Name, fence)
 	// The condition is written on the version the publication made: it
@@ -281,6 +283,42 @@ func (r *Reconciler) publishFirst(ctx context.Context, s *scope, target *corev1.
 		return fmt.Errorf("pod %s does not carry the label %s=%s yet; publishing fence %d later: %w", klog.KObj(target), fencingv1alpha1.LabelLease, s.fl.Name, fence, errLookAgain)
 	}
 	return r.publishOn(ctx, s, target, target, fence)
+}
+
+// ownPublication is a publication this process wrote: the pod, the fence,
+// and the pod's resourceVersion the write made.
+type ownPublication struct {
+	uid   types.UID
+	fence int64
+	rv    string
+}
+
+// publishedNow remembers the publication this process just wrote.
+func (m *memories) publishedNow(key types.NamespacedName, p ownPublication) {
+	m.with(key, func(mem *memory) { mem.published = p })
+}
+
+// publishedLately says whether this process published fence to the pod
+// itself and the pod as cached is older than that write: the cache has not
+// caught up with it yet. The reconcile that follows every grant a
+// millisecond later would otherwise find the publication missing, and
+// publish the usual way, with a list of the namespace's pods on the API
+// server only to find it done. A pod changed since the write (demoted by a
+// newer grant's publication, say) is newer in the cache than the write,
+// and is looked at as usual; so is every pod while the pod cache may be
+// ahead of a store that went back in time, and a write from before the
+// store went back is forgotten (regression.go).
+func (m *memories) publishedLately(key types.NamespacedName, pod *corev1.Pod, fence int64) bool {
+	var lately bool
+	m.with(key, func(mem *memory) {
+		p := mem.published
+		if mem.podsAhead || p.uid != pod.UID || p.fence != fence || p.rv == "" {
+			return
+		}
+		cmp, err := resourceversion.CompareResourceVersion(p.rv, pod.ResourceVersion)
+		lately = err == nil && cmp > 0
+	})
+	return lately
 }
 
 // otherHolder says whether a pod of the FencedLease other than the one with

@@ -121,7 +121,9 @@ func (r *Reconciler) checkCacheAhead(ctx context.Context, s *scope) {
 		ctrl.LoggerFrom(ctx).Info("The Lease cache is ahead of the API server's store (was etcd restored?); reading the Lease from the API server until it catches up",
 			"lease", klog.KObj(live), "cached", s.lease.ResourceVersion, "stored", live.ResourceVersion)
 		r.mem.setAhead(s.key, true)
-		r.mem.with(s.key, func(mem *memory) { mem.fencedLeaseAhead, mem.podsAhead = true, true })
+		r.mem.with(s.key, func(mem *memory) {
+			mem.fencedLeaseAhead, mem.podsAhead, mem.published = true, true, ownPublication{}
+		})
 	}
 }
 
@@ -183,7 +185,7 @@ func (m *memories) sawStoreGoBack(l *coordinationv1.Lease) (seen string, back bo
 	}
 	m.beat = beatSeen{rv: l.ResourceVersion, beats: beatsOf(l), changedAt: m.beat.changedAt, ahead: maxVersion(m.beat.ahead, seen)}
 	for _, mem := range m.byKey {
-		mem.ahead, mem.fencedLeaseAhead, mem.podsAhead = true, true, true
+		mem.ahead, mem.fencedLeaseAhead, mem.podsAhead, mem.published = true, true, true, ownPublication{}
 	}
 	m.wentBack = true
 	return seen, true
