@@ -72,6 +72,10 @@ type Reconciler struct {
 	// then cost no write of their own but one every refresh interval
 	// (heartbeat.go); without it, the operator renews each grant itself.
 	Heartbeat *Heartbeat
+	// Concurrently, if set, runs steps of one reconcile at once and
+	// returns when they all have (a simulation schedules their calls);
+	// unset, each runs on a goroutine of its own.
+	Concurrently func(ctx context.Context, steps ...func(context.Context))
 
 	once sync.Once
 	// mem is what this process remembers of each FencedLease.

@@ -5,7 +5,8 @@
 // of resourceVersions, every write is a compare-and-swap where the real API
 // server makes it one, and every replica reads through informer caches that
 // lag behind by a distance the simulation chooses. One seeded PRNG makes
-// every nondeterministic choice: which replica's next API call runs, which
+// every nondeterministic choice: which replica's next API call runs (of a
+// reconcile that runs two steps at once, the next call of either), which
 // cache catches up and by how much, which reply is lost after its write was
 // applied, which replica pauses or crashes, which pod or node changes, and how
 // far the clock moves. A run is a pure function of its seed, so a failure is

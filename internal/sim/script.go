@@ -225,7 +225,7 @@ func (sc *Script) Crash(replica int) {
 }
 
 func (sc *Script) actor(replica int, name string) *actor {
-	return sc.s.replicas[replica].running[types.NamespacedName{Namespace: sc.s.world.namespace, Name: name}]
+	return sc.s.replicas[replica].running[types.NamespacedName{Namespace: sc.s.world.namespace, Name: name}].runner()
 }
 
 // FencedLease creates a FencedLease selecting the labels.

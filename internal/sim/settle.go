@@ -96,9 +96,10 @@ func (s *Sim) drainClients() {
 	}
 }
 
-// finish runs an actor's calls to its end.
-func (s *Sim) finish(a *actor) {
-	for a.next != nil {
+// finish runs an actor's calls to its end, and those of the functions it
+// runs at once.
+func (s *Sim) finish(root *actor) {
+	for a := root.runner(); a.next != nil; a = root.runner() {
 		c := a.next
 		s.tracef("step %d: %s", s.step, c.desc)
 		err := c.exec()

@@ -93,6 +93,10 @@ type Stats struct {
 	// Heartbeats counts the renewals of the operator's heartbeat, which
 	// renew every grant it vouches for.
 	Heartbeats int
+	// Forks counts the times a reconcile ran steps at once
+	// (Concurrently), Overtaken those in which a later step finished
+	// before an earlier one.
+	Forks, Overtaken int
 }
 
 // Sim is one run.
@@ -140,6 +144,13 @@ type actor struct {
 	crashed bool
 	// onDone runs when a client's request has finished.
 	onDone func()
+	// children are the actors of the functions the reconcile runs at once
+	// and waits on (Concurrently), forkReply its answer when they have all
+	// finished; parent is the reconcile a child runs for.
+	children  []*actor
+	forkReply chan error
+	parent    *actor
+	overtaken bool
 }
 
 // call is one API call of a reconcile, run when the scheduler picks it.
@@ -148,6 +159,10 @@ type call struct {
 	write bool
 	exec  func() error
 	reply chan error
+	// fork, when set, is no API call: the reconcile runs these functions
+	// at once, on ctx, and waits until they have all returned.
+	fork []func(context.Context)
+	ctx  context.Context
 }
 
 type actorKey struct{}
@@ -157,6 +172,9 @@ type Clients struct {
 	Client    *replicaClient
 	APIReader *liveReader
 	Clock     *clocktesting.FakePassiveClock
+	// Concurrently runs steps of one reconcile at once, their calls
+	// scheduled as any others (fork.go).
+	Concurrently func(ctx context.Context, steps ...func(context.Context))
 }
 
 // Run simulates one seeded schedule.
@@ -213,7 +231,7 @@ func (s *Sim) restart(r *replica) {
 	for _, k := range kinds {
 		r.views[k] = s.store.rev
 	}
-	r.rec = s.newRec(Clients{Client: &replicaClient{sim: s, rep: r}, APIReader: &liveReader{sim: s, rep: r}, Clock: s.clock})
+	r.rec = s.newRec(Clients{Client: &replicaClient{sim: s, rep: r}, APIReader: &liveReader{sim: s, rep: r}, Clock: s.clock, Concurrently: s.Concurrently})
 }
 
 var kinds = []string{"FencedLease", "Lease", "Pod", "Node"}
@@ -275,7 +293,11 @@ func (s *Sim) resumeSomeone() bool {
 		if !s.active(r) {
 			continue
 		}
-		ready = append(ready, sortedActors(r)...)
+		for _, a := range sortedActors(r) {
+			if a.next != nil { // not a reconcile waiting on its children
+				ready = append(ready, a)
+			}
+		}
 	}
 	ready = append(ready, s.clients...)
 	if len(ready) == 0 {
@@ -353,11 +375,16 @@ func (s *Sim) beatSomeone() bool {
 func (s *Sim) await(a *actor) {
 	select {
 	case c := <-a.calls:
+		if c.fork != nil {
+			s.fork(a, c)
+			return
+		}
 		a.next = c
 	case <-a.done:
 		a.next = nil
 		if a.rep != nil {
 			delete(a.rep.running, a.key)
+			s.childDone(a)
 			return
 		}
 		for i, c := range s.clients {
@@ -390,10 +417,11 @@ func (s *Sim) do(ctx context.Context, desc string, write bool, exec func() error
 // crash stops every reconcile of a replica: each pending call and every later
 // one fails, and the goroutines run to their end.
 func (s *Sim) crash(r *replica) {
-	for _, a := range sortedActors(r) {
+	actors := sortedActors(r)
+	for _, a := range actors {
 		a.crashed = true
-		a.next.reply <- context.Canceled
-		s.await(a)
+	}
+	for _, a := range actors {
 		for a.next != nil {
 			a.next.reply <- context.Canceled
 			s.await(a)

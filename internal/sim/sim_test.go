@@ -25,6 +25,7 @@ func reconciler(c sim.Clients) sim.Reconciler {
 		Client:                c.Client,
 		APIReader:             c.APIReader,
 		Clock:                 c.Clock,
+		Concurrently:          c.Concurrently,
 		PendingGrace:          fencedlease.DefaultPendingGrace,
 		StatusRenewalInterval: fencedlease.DefaultStatusRenewalInterval,
 	}
@@ -146,7 +147,7 @@ func TestSimulation(t *testing.T) {
 	// write, or never settles proves nothing.
 	if total.Grants < n || total.Publishes < n/2 || total.LostReplies == 0 && total.Conflicts == 0 ||
 		total.WebhookDecisions < n || total.WebhookDenials == 0 || total.LaggingCacheDecisions == 0 || total.StaleDeletes == 0 ||
-		total.ImpostorWrites == 0 || total.ProtectedWrites < n || total.Settled < n || total.Heartbeats < n {
+		total.ImpostorWrites == 0 || total.ProtectedWrites < n || total.Settled < n || total.Heartbeats < n || total.Overtaken == 0 {
 		t.Fatalf("the schedules explored too little: %+v", total)
 	}
 }
@@ -192,6 +193,8 @@ func add(a, b sim.Stats) sim.Stats {
 	a.PolicyDenials += b.PolicyDenials
 	a.Settled += b.Settled
 	a.Heartbeats += b.Heartbeats
+	a.Forks += b.Forks
+	a.Overtaken += b.Overtaken
 	return a
 }
 
