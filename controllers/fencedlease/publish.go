@@ -165,16 +165,17 @@ func publishable(s *scope) (*corev1.Pod, int64) {
 // atomic, so the pod write is tied to the grant instead:
 //
 //  1. the Lease is read from the API server: the grant must be current (this
-//     only spares the pods a pointless marking by a replica that lags; a
-//     reconcile that has just committed the grant, committed, skips it);
-//  2. the pods that carry the lease's label are listed from the API server;
+//     spares the pods a pointless marking by a replica that lags);
+//  2. the pods that carry the lease's label are listed from the API server,
+//     at the same time as step 1;
 //  3. every one of them but the holder is marked with this grant as a
 //     standby, and every one that is no longer a candidate is cleared: each
 //     write changes that pod's resourceVersion, and is made on the version
 //     listed (a pod that changed since, published by another replica say,
 //     makes this publication start over);
 //  4. the Lease is read from the API server again: the grant must still be
-//     current;
+//     current (step 1's read stands for it when step 3 wrote nothing,
+//     earlyConfirm);
 //  5. the holder is published with an optimistic lock on the
 //     resourceVersion it had in step 2.
 //
@@ -187,15 +188,21 @@ func (r *Reconciler) publishHolder(ctx context.Context, s *scope, target *corev1
 	if committed && s.created && !otherHolder(s, target.UID) {
 		return r.publishFirst(ctx, s, target, fence)
 	}
-	if !committed {
-		if err := r.confirmGrant(ctx, s, target.UID, fence); err != nil {
-			return err
-		}
-	}
+	// Steps 1 and 2 at once: the Lease read is step 1, and counts as
+	// step 4 when step 3 writes nothing (earlyConfirm).
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-	if err := r.APIReader.List(ctx, list, client.InNamespace(s.fl.Namespace), client.MatchingLabels{fencingv1alpha1.LabelLease: s.fl.Name}); err != nil {
-		return fmt.Errorf("list the pods of FencedLease %s before publishing: %w", klog.KObj(s.fl), err)
+	var listErr, confirmErr error
+	r.concurrently(ctx,
+		func(ctx context.Context) {
+			listErr = r.APIReader.List(ctx, list, client.InNamespace(s.fl.Namespace), client.MatchingLabels{fencingv1alpha1.LabelLease: s.fl.Name})
+		},
+		func(ctx context.Context) { confirmErr = r.confirmGrant(ctx, s, target.UID, fence) })
+	if confirmErr != nil {
+		return confirmErr
+	}
+	if listErr != nil {
+		return fmt.Errorf("list the pods of FencedLease %s before publishing: %w", klog.KObj(s.fl), listErr)
 	}
 	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
 	var live *metav1.PartialObjectMetadata
@@ -206,6 +213,7 @@ func (r *Reconciler) publishHolder(ctx context.Context, s *scope, target *corev1
 			return fmt.Errorf("pod %s holds fence %d, newer than fence %d: %w", list.Items[i].Name, p.Fence, fence, errLookAgain)
 		}
 	}
+	marked := false
 	for i := range list.Items {
 		pod := &list.Items[i]
 		if pod.UID == target.UID {
@@ -216,26 +224,54 @@ func (r *Reconciler) publishHolder(ctx context.Context, s *scope, target *corev1
 		if err := r.writePodMeta(ctx, s.fl, pod, action, fence); err != nil {
 			return err
 		}
+		marked = marked || action != holder.Leave
 	}
 	if live == nil {
 		return fmt.Errorf("pod %s does not carry the label %s=%s yet; publishing fence %d later: %w", klog.KObj(target), fencingv1alpha1.LabelLease, s.fl.Name, fence, errLookAgain)
 	}
-	return r.publishOn(ctx, s, target, live, fence)
+	return r.publishOn(ctx, s, target, live, fence, earlyConfirm(marked, publicationOf(live, s.fl.Name), fence))
+}
+
+// earlyConfirm says whether the Lease read beside the list (step 1) also
+// stands for step 4, so that the holder is published without reading the
+// Lease again: step 3 wrote nothing, and the holder as listed carries
+// nothing of this grant or of a newer one (a mark, a fence). The read then
+// came before the list or after it. After it, the order is the one above.
+// Before it, the grant may have ended between the two: a newer grant, or
+// its revocation. Either marks the holder, this pod, with the fence of the
+// grant it ended or a newer one (the demotion of the old holder, or step 3
+// of the newer grant's publication, which comes before anyone else is
+// published). A mark that came before the list is seen in it, and the
+// Lease is read again (and found moved on); one that came after the list
+// makes the publication fail its optimistic lock, or follows it and
+// demotes the pod, as when the grant ends after step 4. An end whose
+// demotion failed leaves the pod as the sequential order can leave it
+// too, published on a grant that ended after the read. Every other
+// labelled pod already carries this grant's mark, written after the
+// grant, so an older publication still in flight fails its lock on them as
+// it would on step 3's marks (docs/design.md, "The list and the Lease read
+// at once"). The simulation found the revocation (seed 153): with the
+// pod's mark of this very grant accepted, a pod demoted by a revocation
+// was published again.
+func earlyConfirm(marked bool, listed holder.Publication, fence int64) bool {
+	return !marked && listed.Grant < fence && listed.Fence < fence
 }
 
 // publishOn carries out steps 4 and 5 of a publication: the grant must
 // still be current, then the holder is published on the version of the pod
 // that on carries (the pod as listed, or target itself), unless it is
 // published already. target is then updated to that write.
-func (r *Reconciler) publishOn(ctx context.Context, s *scope, target *corev1.Pod, on client.Object, fence int64) error {
+func (r *Reconciler) publishOn(ctx context.Context, s *scope, target *corev1.Pod, on client.Object, fence int64, confirmed bool) error {
 	if p := publicationOf(on, s.fl.Name); p.IsHolder() && p.Fence == fence {
 		return nil // published already; the cache had not seen it
 	}
 	if err := r.heldElsewhere(ctx, s.fl, on); err != nil {
 		return err
 	}
-	if err := r.confirmGrant(ctx, s, target.UID, fence); err != nil {
-		return err
+	if !confirmed {
+		if err := r.confirmGrant(ctx, s, target.UID, fence); err != nil {
+			return err
+		}
 	}
 	if err := r.Patch(ctx, on, publicationPatch(holderAction, s.fl.Name, fence, on.GetResourceVersion())); err != nil {
 		return fmt.Errorf("publish fence %d to pod %s: %w", fence, klog.KObj(target), err)
@@ -282,7 +318,7 @@ func (r *Reconciler) publishFirst(ctx context.Context, s *scope, target *corev1.
 	if !publicationOf(target, s.fl.Name).Labelled {
 		return fmt.Errorf("pod %s does not carry the label %s=%s yet; publishing fence %d later: %w", klog.KObj(target), fencingv1alpha1.LabelLease, s.fl.Name, fence, errLookAgain)
 	}
-	return r.publishOn(ctx, s, target, target, fence)
+	return r.publishOn(ctx, s, target, target, fence, false)
 }
 
 // ownPublication is a publication this process wrote: the pod, the fence,

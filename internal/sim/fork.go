@@ -23,7 +23,9 @@ func (s *Sim) Concurrently(ctx context.Context, fns ...func(context.Context)) {
 	}
 	c := &call{desc: "fork", fork: fns, ctx: ctx, reply: make(chan error)}
 	a.calls <- c
-	<-c.reply
+	if err := <-c.reply; err != nil {
+		panic(fmt.Sprintf("a fork answered %v: only its children's calls can fail", err))
+	}
 }
 
 // fork starts the children of a reconcile that runs functions at once,
