@@ -28,7 +28,8 @@ import (
 // BENCH_NODE_GRACE, 6 s, after the last heartbeat), and client-go candidates
 // with its default timing, with ReleaseOnCancel and tuned, for a cancelled
 // candidate and a killed one. BENCH_ONLY, if set, keeps only the series
-// whose "system configuration cause" contains it. Asserted: every handoff happens, to the other
+// whose "system configuration cause" contains it; BENCH_API_RTT, if set,
+// holds back every request of the operator by that long (withRTT). Asserted: every handoff happens, to the other
 // candidate, with a higher fence for fencedlease, never two published
 // holders (testenv.WatchHolders) and never two client-go leaders at once.
 func TestFailover(t *testing.T) {
@@ -55,7 +56,7 @@ func TestFailover(t *testing.T) {
 	}
 	checker, err := testenv.WatchHolders(ctx, env.Config, ns)
 	g.Expect(err).NotTo(HaveOccurred())
-	m, err := testenv.StartManager(ctx, env.Config, testenv.ManagerOptions{Namespace: ns})
+	m, err := testenv.StartManager(ctx, withRTT(env.Config, envDuration("BENCH_API_RTT", 0)), testenv.ManagerOptions{Namespace: ns})
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { m.Crash(); m.Wait() })
 	cs, err := kubernetes.NewForConfig(env.Config)
