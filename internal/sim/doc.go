@@ -9,8 +9,11 @@
 // reconcile that runs two steps at once, the next call of either), which
 // cache catches up and by how much, which reply is lost after its write was
 // applied, which replica pauses or crashes, which pod or node changes, and how
-// far the clock moves. A run is a pure function of its seed, so a failure is
-// replayed exactly and a failing seed becomes a regression test.
+// far the clock moves. A replica may start with a pod cache that has not yet
+// delivered every pod, and delivers nothing for a while (Config.PodsBehind),
+// drawn from a generator of its own. A run is a pure function of its seed,
+// so a failure is replayed exactly and a failing seed becomes a regression
+// test.
 //
 // The enforcement side runs too. Every pod has a workload process (fence run
 // and its command) that learns what it holds late, as a real one does: with

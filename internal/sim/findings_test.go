@@ -510,3 +510,33 @@ func TestRestartedOperatorGrantsWhatAPreviousProcessLeftWaiting(t *testing.T) {
 	}
 	g.Expect(sc.Holders("db")).To(Equal([]string{"a"}), "db is granted once the restarted operator measured its load")
 }
+
+// A first grant's holder is labelled before its publication: replica 1
+// creates db's Lease with a's first grant, records it, confirms it current,
+// and pauses before it publishes a. Replica 0's pod cache has not seen a
+// yet: to it the holder is gone, and it grants b and publishes it. Had a
+// been left bare until its publication wrote the label with the fence,
+// nothing replica 0 wrote would have touched a (its cache does not show a,
+// and step 3 of b's publication marks the pods the API server lists with
+// the label), and replica 1's publication would land on the version of a
+// it read: two pods published as holder (docs/design.md, "Why a first
+// grant's holder is labelled before its publication").
+func TestAPausedFirstPublicationFailsOnceAnotherIsGranted(t *testing.T) {
+	sc, g := script(t, 2)
+	g.Expect(sc.FencedLease("db", app, immediate)).To(Succeed())
+	g.Expect(sc.Pod("b", "n1", app, time.Minute)).To(Succeed())
+	sc.CatchUp(0)
+	sc.Freeze(0, "Pod") // replica 0 never sees a
+	g.Expect(sc.Pod("a", "n0", app, time.Hour)).To(Succeed())
+
+	sc.Start(1, "db")
+	g.Expect(sc.RunUntil(1, "db", "status patch")).To(BeTrue(), "replica 1 grants a and records it")
+	g.Expect(sc.RunUntil(1, "db", "r1 patch Pod ns/a")).To(BeTrue(), "a's first grant is confirmed current; its publication waits")
+	g.Expect(status(g, sc, "db").Holder.PodName).To(Equal("a"))
+	g.Expect(sc.Holders("db")).To(BeEmpty())
+
+	holds(g, sc, "b")
+
+	sc.Finish(1, "db")
+	g.Expect(sc.Holders("db")).To(Equal([]string{"b"}))
+}

@@ -48,6 +48,11 @@ type Config struct {
 	// Crashes is the probability, per step, that a replica crashes and
 	// restarts with empty memory.
 	Crashes float64
+	// PodsBehind is the probability that a replica starts with a pod cache
+	// that has not yet delivered every pod of the world: its informer
+	// started while they were being created. Drawn from a generator of its
+	// own, so the rest of a seed's schedule is drawn as without it.
+	PodsBehind float64
 	// World chooses the workload and what happens to it.
 	World WorldConfig
 	// Webhooks is how many replicas of the fencing webhook decide the
@@ -90,6 +95,9 @@ type Stats struct {
 	// Settled counts the runs whose settling phase ended with every
 	// FencedLease that could be held held.
 	Settled int
+	// PodsBehind counts the replicas that started with a pod cache behind
+	// the world's pods (Config.PodsBehind).
+	PodsBehind int
 	// Heartbeats counts the renewals of the operator's heartbeat, which
 	// renew every grant it vouches for.
 	Heartbeats int
@@ -128,6 +136,9 @@ type replica struct {
 	views       map[string]int64 // kind -> store revision its cache serves
 	running     map[types.NamespacedName]*actor
 	pausedUntil int
+	// podsHeldUntil is the step until which its pod cache delivers
+	// nothing (Config.PodsBehind).
+	podsHeldUntil int
 }
 
 func (r *replica) view(kind string) int64 { return r.views[kind] }
@@ -197,9 +208,16 @@ func Run(cfg Config, indexes []Index, newRec NewReconciler) Result {
 	if err := s.world.setUp(); err != nil {
 		return Result{Seed: cfg.Seed, Violations: []string{"setup: " + err.Error()}}
 	}
+	behind := rand.New(rand.NewSource(^cfg.Seed)) //nolint:gosec // a reproducible schedule, not a secret
 	for i := 0; i < max(cfg.Replicas, 1); i++ {
 		r := &replica{id: i, running: map[types.NamespacedName]*actor{}}
 		s.restart(r)
+		if behind.Float64() < cfg.PodsBehind {
+			// Somewhere between the first pod's creation and the last.
+			r.views["Pod"] = s.world.podsFrom + behind.Int63n(s.store.rev-s.world.podsFrom+1)
+			r.podsHeldUntil = behind.Intn(max(cfg.Steps/4, 1))
+			s.stats.PodsBehind++
+		}
 		s.replicas = append(s.replicas, r)
 	}
 	for i := 0; i < cfg.Webhooks && cfg.NewWebhook != nil; i++ {
@@ -461,7 +479,7 @@ func (s *Sim) catchUp() bool {
 	moved := false
 	for _, kind := range kinds {
 		behind := s.store.rev - r.views[kind]
-		if behind <= 0 || s.rng.Intn(2) == 0 {
+		if behind <= 0 || s.rng.Intn(2) == 0 || kind == "Pod" && s.step < r.podsHeldUntil {
 			continue
 		}
 		moved = true

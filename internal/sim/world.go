@@ -65,6 +65,8 @@ type world struct {
 	// leaves out except, the pod that held it.
 	recreate bool
 	except   string
+	// podsFrom is the store's revision before the first pod was created.
+	podsFrom int64
 }
 
 func newWorld(s *Sim, cfg WorldConfig) *world {
@@ -117,6 +119,7 @@ func (w *world) setUp() error {
 			return err
 		}
 	}
+	w.podsFrom = w.sim.store.rev
 	for i := 0; i < w.cfg.Pods; i++ {
 		if err := w.addPod(); err != nil {
 			return err
