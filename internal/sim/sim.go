@@ -49,9 +49,10 @@ type Config struct {
 	// restarts with empty memory.
 	Crashes float64
 	// PodsBehind is the probability that a replica starts with a pod cache
-	// that has not yet delivered every pod of the world: its informer
-	// started while they were being created. Drawn from a generator of its
-	// own, so the rest of a seed's schedule is drawn as without it.
+	// that has not yet delivered every pod of the world (its informer
+	// started while they were being created), and delivers nothing more
+	// for up to a quarter of the run. Drawn from a generator of its own:
+	// a seed whose replicas all start current runs as without it.
 	PodsBehind float64
 	// World chooses the workload and what happens to it.
 	World WorldConfig
@@ -245,7 +246,7 @@ const operatorUser = "system:serviceaccount:fencedlease-system:fencedlease-contr
 // restart gives a replica a fresh reconciler and caches that have just
 // listed everything.
 func (s *Sim) restart(r *replica) {
-	r.views = map[string]int64{}
+	r.views, r.podsHeldUntil = map[string]int64{}, 0
 	for _, k := range kinds {
 		r.views[k] = s.store.rev
 	}
