@@ -29,9 +29,10 @@ import (
 // with its default timing, with ReleaseOnCancel and tuned, for a cancelled
 // candidate and a killed one. BENCH_ONLY, if set, keeps only the series
 // whose "system configuration cause" contains it; BENCH_API_RTT, if set,
-// holds back every request of the operator by that long (withRTT). Asserted: every handoff happens, to the other
-// candidate, with a higher fence for fencedlease, never two published
-// holders (testenv.WatchHolders) and never two client-go leaders at once.
+// holds back every request of the operator by that long (withRTT).
+// Asserted: every handoff happens, to the other candidate, with a higher
+// fence for fencedlease, never two published holders
+// (testenv.WatchHolders) and never two client-go leaders at once.
 func TestFailover(t *testing.T) {
 	handoffs, groups := envInt("BENCH_HANDOFFS", 20), envInt("BENCH_GROUPS", 10)
 	groups = min(groups, handoffs)
