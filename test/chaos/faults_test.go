@@ -12,6 +12,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
@@ -226,23 +227,58 @@ func (in *injector) recreate(ctx context.Context, l *lease) error {
 		w.mu.Unlock()
 	}()
 	w.rec.Fault(faultRecreate, l.Name)
-	old := &fencingv1alpha1.FencedLease{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: l.Name}}
-	if err := ignoreGone(w.admin.Delete(ctx, old)); err != nil {
-		return fmt.Errorf("delete FencedLease %s: %w", l.Name, err)
+	old, err := in.deleteFencedLease(ctx, l.Name)
+	if err != nil {
+		return err
 	}
+	return in.createFencedLease(ctx, l, old)
+}
+
+// deleteFencedLease deletes the FencedLease of that name and returns its UID
+// (empty when there was none). The delete holds to the UID read first: a
+// delete sent again after its reply was lost, or applied late by an API
+// server, then cannot remove a FencedLease created since under the name.
+func (in *injector) deleteFencedLease(ctx context.Context, name string) (types.UID, error) {
+	w := in.w
+	fl := &fencingv1alpha1.FencedLease{}
+	if err := w.admin.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: name}, fl); err != nil {
+		if err := ignoreGone(err); err != nil {
+			return "", fmt.Errorf("read FencedLease %s before deleting it: %w", name, err)
+		}
+		return "", nil
+	}
+	uid := fl.UID
+	if err := ignoreGone(w.admin.Delete(ctx, fl, client.Preconditions{UID: &uid})); err != nil {
+		return "", fmt.Errorf("delete FencedLease %s (uid %s): %w", name, uid, err)
+	}
+	return uid, nil
+}
+
+// createFencedLease creates the lease's FencedLease again once the old one,
+// of UID old, is gone: until then the API server answers AlreadyExists. A
+// create counts only when it returns another FencedLease than the old one,
+// not being deleted: on the HA control plane, when a retry of a create meets
+// AlreadyExists, the harness's client (testenv.RetryTransient) takes it for
+// its first attempt applied and returns the FencedLease it then reads, which
+// may be the old one, still being deleted.
+func (in *injector) createFencedLease(ctx context.Context, l *lease, old types.UID) error {
+	w := in.w
 	// Until the name is free. On the HA control plane, an API server that
 	// has just started answers NotFound for the FencedLease resource until
 	// it serves the CRD: that is waited out too, for a while.
 	deadline := time.Now().Add(time.Minute)
 	for {
-		err := w.admin.Create(ctx, w.fencedLease(l.leaseConfig))
+		fl := w.fencedLease(l.leaseConfig)
+		err := w.admin.Create(ctx, fl)
 		switch {
-		case err == nil:
+		case err == nil && fl.UID != old && fl.DeletionTimestamp == nil:
 			return nil
 		case ctx.Err() != nil:
-			return nil
-		case !apierrors.IsAlreadyExists(err) && !apierrors.IsNotFound(err),
-			apierrors.IsNotFound(err) && time.Now().After(deadline):
+			return fmt.Errorf("create FencedLease %s again (deleted, not yet created): %w", l.Name, ctx.Err())
+		case err == nil, apierrors.IsAlreadyExists(err):
+			// The old one is still being deleted.
+		case apierrors.IsNotFound(err) && time.Now().Before(deadline):
+		default:
 			return fmt.Errorf("create FencedLease %s again: %w", l.Name, err)
 		}
 		sleep(ctx, 20*time.Millisecond)
