@@ -212,19 +212,21 @@ func (w *world) progress(t *testing.T, every time.Duration) func() {
 
 // describeUnheld says, for a failure message, what the API server holds for
 // each lease without a holder: the FencedLease's status, its Lease and its
-// pods' publications.
+// pods' publications, and what the recreate fault did to the FencedLease.
 func (w *world) describeUnheld() string {
 	var b strings.Builder
 	for _, name := range w.unheld() {
 		fl := &fencingv1alpha1.FencedLease{}
 		if err := w.admin.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: name}, fl); err != nil {
 			fmt.Fprintf(&b, "%s: %v\n", name, err)
+			w.describeRecreates(&b, name)
 			continue
 		}
 		fmt.Fprintf(&b, "FencedLease %s: fence %d, holder %v, generation %d, uid %s, deleting %v\n", name, fl.Status.Fence, fl.Status.Holder, fl.Generation, fl.UID, fl.DeletionTimestamp != nil)
 		for _, c := range fl.Status.Conditions {
 			fmt.Fprintf(&b, "  condition %s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
 		}
+		w.describeRecreates(&b, name)
 		l := &coordinationv1.Lease{}
 		if err := w.admin.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: name}, l); err != nil {
 			fmt.Fprintf(&b, "  Lease: %v\n", err)
@@ -247,4 +249,17 @@ func (w *world) describeUnheld() string {
 		}
 	}
 	return b.String()
+}
+
+// describeRecreates writes, for a failure message, the recreate fault's
+// events on the FencedLease (the only deletes of FencedLeases in the run):
+// each delete and create with the UIDs, at the time each was logged.
+func (w *world) describeRecreates(b *strings.Builder, name string) {
+	w.rec.mu.Lock()
+	defer w.rec.mu.Unlock()
+	for _, f := range w.rec.h.FaultLog {
+		if strings.HasPrefix(f.Kind, faultRecreate) && (f.Target == name || strings.HasPrefix(f.Target, name+" ")) {
+			fmt.Fprintf(b, "  at %s %s %s\n", f.At.Round(time.Millisecond), f.Kind, f.Target)
+		}
+	}
 }

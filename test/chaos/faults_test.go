@@ -33,6 +33,13 @@ const (
 	faultRecreate    = "fencedlease-recreate"
 )
 
+// The steps of the recreate fault, logged beside it: each delete and each
+// create, with the FencedLease's UID.
+const (
+	faultRecreateDelete = faultRecreate + ":delete"
+	faultRecreateCreate = faultRecreate + ":create"
+)
+
 // faultKinds in the order of the first round (shuffled by the seed), with
 // their weights afterwards: faults at the pods are the most frequent, as they
 // cause the handoffs.
@@ -211,7 +218,8 @@ func (in *injector) deleteLease(ctx context.Context, l *lease) error {
 // recreate deletes a FencedLease and creates it again as soon as the name is
 // free, as a user re-applying it would: its grant must end as any grant
 // does (with takeover Safe, not before it expired), and the new one's fences
-// must be above every fence of the old one.
+// must be above every fence of the old one. Each delete and create is
+// logged, with the UIDs, beside the fault.
 func (in *injector) recreate(ctx context.Context, l *lease) error {
 	w := in.w
 	w.mu.Lock()
@@ -242,13 +250,20 @@ func (in *injector) deleteFencedLease(ctx context.Context, name string) (types.U
 	w := in.w
 	fl := &fencingv1alpha1.FencedLease{}
 	if err := w.admin.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: name}, fl); err != nil {
+		w.rec.Fault(faultRecreateDelete, fmt.Sprintf("%s not read: %v", name, err))
 		if err := ignoreGone(err); err != nil {
 			return "", fmt.Errorf("read FencedLease %s before deleting it: %w", name, err)
 		}
 		return "", nil
 	}
 	uid := fl.UID
-	if err := ignoreGone(w.admin.Delete(ctx, fl, client.Preconditions{UID: &uid})); err != nil {
+	err := w.admin.Delete(ctx, fl, client.Preconditions{UID: &uid})
+	result := "deleted"
+	if err != nil {
+		result = err.Error()
+	}
+	w.rec.Fault(faultRecreateDelete, fmt.Sprintf("%s uid %s rv %s: %s", name, uid, fl.ResourceVersion, result))
+	if err := ignoreGone(err); err != nil {
 		return "", fmt.Errorf("delete FencedLease %s (uid %s): %w", name, uid, err)
 	}
 	return uid, nil
@@ -261,17 +276,25 @@ func (in *injector) deleteFencedLease(ctx context.Context, name string) (types.U
 // AlreadyExists, the harness's client (testenv.RetryTransient) takes it for
 // its first attempt applied and returns the FencedLease it then reads, which
 // may be the old one, still being deleted.
+// An attempt is logged unless it ends as the one before did.
 func (in *injector) createFencedLease(ctx context.Context, l *lease, old types.UID) error {
 	w := in.w
 	// Until the name is free. On the HA control plane, an API server that
 	// has just started answers NotFound for the FencedLease resource until
 	// it serves the CRD: that is waited out too, for a while.
 	deadline := time.Now().Add(time.Minute)
-	for {
+	last := ""
+	for attempt := 1; ; attempt++ {
 		fl := w.fencedLease(l.leaseConfig)
 		err := w.admin.Create(ctx, fl)
+		created := err == nil && fl.UID != old && fl.DeletionTimestamp == nil
+		result := createOutcome(err, fl, created)
+		if result != last || created {
+			w.rec.Fault(faultRecreateCreate, fmt.Sprintf("%s attempt %d: %s", l.Name, attempt, result))
+		}
+		last = result
 		switch {
-		case err == nil && fl.UID != old && fl.DeletionTimestamp == nil:
+		case created:
 			return nil
 		case ctx.Err() != nil:
 			return fmt.Errorf("create FencedLease %s again (deleted, not yet created): %w", l.Name, ctx.Err())
@@ -283,6 +306,17 @@ func (in *injector) createFencedLease(ctx context.Context, l *lease, old types.U
 		}
 		sleep(ctx, 20*time.Millisecond)
 	}
+}
+
+// createOutcome says how a create of a FencedLease ended, for the log.
+func createOutcome(err error, fl *fencingv1alpha1.FencedLease, created bool) string {
+	switch {
+	case err != nil:
+		return err.Error()
+	case created:
+		return "created, uid " + string(fl.UID)
+	}
+	return fmt.Sprintf("the create returned uid %s (deleting %v): the old one still exists", fl.UID, fl.DeletionTimestamp != nil)
 }
 
 // deletePod deletes the slot's pod as a node drain would: gracefully first
