@@ -208,15 +208,13 @@ func (r *Reconciler) addFinalizer(ctx context.Context, fl *fencingv1alpha1.Fence
 	return nil
 }
 
-// finish ends a reconcile: the one status patch, when to come back, the
-// metrics and the pace's account of the work.
+// finish ends a reconcile: the one status patch and the publication of a
+// grant it committed, when to come back, the metrics and the pace's
+// account of the work.
 func (r *Reconciler) finish(ctx context.Context, base *fencingv1alpha1.FencedLease, s *scope, started time.Time, result ctrl.Result, retErr error) (ctrl.Result, error) {
-	requeue, err := r.patchStatus(ctx, base, s, retErr == nil)
+	requeue, err := r.recordAndPublish(ctx, base, s, retErr == nil)
 	if err != nil {
 		retErr = kerrors.NewAggregate([]error{retErr, err})
-	}
-	if retErr == nil && !requeue {
-		r.publishCommitted(ctx, s)
 	}
 	switch {
 	case retErr != nil:

@@ -388,7 +388,7 @@ func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease) (ctr
 	r.transition(ctx, s.fl, transition{eventType: eventNormal, reason: fencingv1alpha1.EventGranted, pod: target.Name, fence: fence,
 		outcome: s.plan.Why, message: fmt.Sprintf("Granted the lease to pod %s with fence %d (%s)", target.Name, fence, s.plan.Why)})
 	// The status patch of this reconcile records the fence, and the
-	// reconcile then publishes it to the pod (publishCommitted); the next
+	// reconcile then publishes it to the pod (recordAndPublish); the next
 	// one finishes what that could not.
 	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 }

@@ -89,25 +89,67 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) (ctrl.Result, 
 	return ctrl.Result{}, podErrors(ctx, s, append(errs, conditions...))
 }
 
-// publishCommitted publishes the grant this reconcile committed, once its
-// status patch has recorded it: the publication then needs no second
-// reconcile, which would wait for the caches to show the status and the
-// Lease that this one just wrote. The Lease as committed is as fresh as a
-// read, so step 1 of publishHolder is skipped; step 4 is not. Anything
-// that stops the publication here (a pod changed, a label not cached yet,
-// another grant) is left to the next reconcile, which the grant asked for.
-func (r *Reconciler) publishCommitted(ctx context.Context, s *scope) {
+// recordAndPublish writes the status planned by the reconcile and, once
+// it records the grant this reconcile committed, publishes that grant: the
+// publication then needs no second reconcile, which would wait for the
+// caches to show the status and the Lease that this one just wrote. The
+// Lease as committed is as fresh as a read, so step 1 of publishHolder is
+// skipped; step 4 is not. Anything that stops the publication here (a pod
+// changed, a label not cached yet, another grant) is left to the next
+// reconcile, which the grant asked for.
+//
+// The publication's reads (the list of the labelled pods and the Lease,
+// or the Lease alone for a first grant) run beside the status patch: they
+// read what neither the patch nor its outcome changes, and the holder is
+// still published only once the patch has succeeded. Nothing orders a
+// read of the publication after the status patch; each step's argument
+// orders it before the holder's write only (docs/design.md, "The status
+// patch beside the publication's reads"). A takeover publishes its new
+// holder one round trip sooner.
+func (r *Reconciler) recordAndPublish(ctx context.Context, base *fencingv1alpha1.FencedLease, s *scope, ok bool) (bool, error) {
+	write := r.planStatus(ctx, base, s, ok)
+	var pub *publication
+	if ok {
+		pub = r.committedPublication(s)
+	}
+	recorded, requeue := !write, false
+	var err error
+	var steps []func(context.Context)
+	fl := s.fl
+	if write {
+		// The patch decodes the stored FencedLease into a copy: the
+		// publication's reads use the scope's at the same time.
+		fl = s.fl.DeepCopy()
+		steps = append(steps, func(ctx context.Context) { recorded, requeue, err = r.writeStatus(ctx, s.key, base, fl) })
+	}
+	if pub != nil {
+		steps = append(steps, pub.reads(r)...)
+	}
+	r.concurrently(ctx, steps...)
+	if recorded {
+		s.fl = fl
+	}
+	if pub == nil || !recorded || requeue || err != nil {
+		return requeue, err
+	}
+	if perr := pub.write(ctx, r); perr != nil {
+		ctrl.LoggerFrom(ctx).V(4).Info("Publishing the new grant on the next look", "holder", pub.target.Name, "fence", pub.fence, "err", perr.Error())
+	}
+	return requeue, nil
+}
+
+// committedPublication is the publication of the grant this reconcile
+// committed, to be made once the status records it, or nil.
+func (r *Reconciler) committedPublication(s *scope) *publication {
 	if !s.outcome.granted || s.stale || s.pods == nil {
-		return
+		return nil
 	}
 	s.recorded = *s.fl.Status.DeepCopy()
 	target, fence := publishable(s)
 	if target == nil {
-		return
+		return nil
 	}
-	if err := r.publishHolder(ctx, s, target, fence, true); err != nil {
-		ctrl.LoggerFrom(ctx).V(4).Info("Publishing the new grant on the next look", "holder", target.Name, "fence", fence, "err", err.Error())
-	}
+	return newPublication(s, target, fence, true)
 }
 
 // errLookAgain marks a publication that must wait for the caches to catch
@@ -185,32 +227,66 @@ func publishable(s *scope) (*corev1.Pod, int64) {
 // the same way if a newer grant's step 3 came first. Hence no two pods are
 // ever published as holder at once, and published fences only grow.
 func (r *Reconciler) publishHolder(ctx context.Context, s *scope, target *corev1.Pod, fence int64, committed bool) error {
-	if committed && s.created && !otherHolder(s, target.UID) {
+	pub := newPublication(s, target, fence, committed)
+	r.concurrently(ctx, pub.reads(r)...)
+	return pub.write(ctx, r)
+}
+
+// publication is one publication of a grant to its holder pod: its reads,
+// which may run beside other steps of the reconcile, then its writes.
+type publication struct {
+	s      *scope
+	target *corev1.Pod
+	fence  int64
+	// first is set for a FencedLease's first grant, published by the
+	// reconcile that committed it without steps 2 and 3 (publishFirst).
+	first bool
+	// list is step 2's list, confirmErr step 1's outcome (step 4's
+	// alone for a first grant).
+	list                *metav1.PartialObjectMetadataList
+	listErr, confirmErr error
+}
+
+func newPublication(s *scope, target *corev1.Pod, fence int64, committed bool) *publication {
+	return &publication{s: s, target: target, fence: fence, first: committed && s.created && !otherHolder(s, target.UID)}
+}
+
+// reads are the publication's reads, each a step of its own: steps 1 and
+// 2 at once (the Lease read is step 1, and counts as step 4 when step 3
+// writes nothing, earlyConfirm), or for a first grant step 4.
+func (p *publication) reads(r *Reconciler) []func(context.Context) {
+	confirm := func(ctx context.Context) { p.confirmErr = r.confirmGrant(ctx, p.s, p.target.UID, p.fence) }
+	if p.first {
+		return []func(context.Context){confirm}
+	}
+	p.list = &metav1.PartialObjectMetadataList{}
+	p.list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	list := func(ctx context.Context) {
+		p.listErr = r.APIReader.List(ctx, p.list, client.InNamespace(p.s.fl.Namespace), client.MatchingLabels{fencingv1alpha1.LabelLease: p.s.fl.Name})
+	}
+	return []func(context.Context){list, confirm}
+}
+
+// write carries out the rest of the publication once its reads are done.
+func (p *publication) write(ctx context.Context, r *Reconciler) error {
+	s, target, fence := p.s, p.target, p.fence
+	if p.confirmErr != nil {
+		return p.confirmErr
+	}
+	if p.first {
 		return r.publishFirst(ctx, s, target, fence)
 	}
-	// Steps 1 and 2 at once: the Lease read is step 1, and counts as
-	// step 4 when step 3 writes nothing (earlyConfirm).
-	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-	var listErr, confirmErr error
-	r.concurrently(ctx,
-		func(ctx context.Context) {
-			listErr = r.APIReader.List(ctx, list, client.InNamespace(s.fl.Namespace), client.MatchingLabels{fencingv1alpha1.LabelLease: s.fl.Name})
-		},
-		func(ctx context.Context) { confirmErr = r.confirmGrant(ctx, s, target.UID, fence) })
-	if confirmErr != nil {
-		return confirmErr
+	if p.listErr != nil {
+		return fmt.Errorf("list the pods of FencedLease %s before publishing: %w", klog.KObj(s.fl), p.listErr)
 	}
-	if listErr != nil {
-		return fmt.Errorf("list the pods of FencedLease %s before publishing: %w", klog.KObj(s.fl), listErr)
-	}
+	list := p.list
 	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
 	var live *metav1.PartialObjectMetadata
 	for i := range list.Items {
-		if p := publicationOf(&list.Items[i], s.fl.Name); p.IsHolder() && p.Fence > fence {
+		if listed := publicationOf(&list.Items[i], s.fl.Name); listed.IsHolder() && listed.Fence > fence {
 			// A newer grant is published already: ours is not current.
 			s.stale = true
-			return fmt.Errorf("pod %s holds fence %d, newer than fence %d: %w", list.Items[i].Name, p.Fence, fence, errLookAgain)
+			return fmt.Errorf("pod %s holds fence %d, newer than fence %d: %w", list.Items[i].Name, listed.Fence, fence, errLookAgain)
 		}
 	}
 	marked := false
@@ -318,7 +394,7 @@ func (r *Reconciler) publishFirst(ctx context.Context, s *scope, target *corev1.
 	if !publicationOf(target, s.fl.Name).Labelled {
 		return fmt.Errorf("pod %s does not carry the label %s=%s yet; publishing fence %d later: %w", klog.KObj(target), fencingv1alpha1.LabelLease, s.fl.Name, fence, errLookAgain)
 	}
-	return r.publishOn(ctx, s, target, target, fence, false)
+	return r.publishOn(ctx, s, target, target, fence, true)
 }
 
 // ownPublication is a publication this process wrote: the pod, the fence,

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -20,40 +21,46 @@ import (
 	"github.com/fencedlease/fencedlease/internal/holder"
 )
 
-// patchStatus is the one status write of a reconcile. observedGeneration is
-// bumped only when the reconcile succeeded.
-//
-// The status is a record, never a view: the fencing webhook trusts it. So
-// the patch carries the resourceVersion of the FencedLease as read (a late
-// patch from an earlier reconcile, or one based on a lagging cache, fails
-// instead of overwriting a newer record), and nothing is written when the
-// inputs were found stale, or when the reconcile only put a re-grant behind
-// the renewals (expiry.go). A conflict asks for another look soon.
-func (r *Reconciler) patchStatus(ctx context.Context, base *fencingv1alpha1.FencedLease, s *scope, ok bool) (bool, error) {
+// planStatus computes the status a reconcile records, and says whether it
+// needs a write: nothing is written when the inputs were found stale, when
+// the reconcile only put a re-grant behind the renewals (expiry.go), or
+// when nothing changed. observedGeneration is bumped only when the
+// reconcile succeeded.
+func (r *Reconciler) planStatus(ctx context.Context, base *fencingv1alpha1.FencedLease, s *scope, ok bool) bool {
 	if s.stale || s.deferred {
-		return false, nil
+		return false
 	}
 	r.computeStatus(ctx, s)
 	if ok {
 		s.fl.Status.ObservedGeneration = s.fl.Generation
 	}
-	if equality.Semantic.DeepEqual(base.Status, s.fl.Status) {
-		return false, nil
-	}
-	err := r.Status().Patch(ctx, s.fl, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	return !equality.Semantic.DeepEqual(base.Status, s.fl.Status)
+}
+
+// writeStatus is the one status write of a reconcile: fl, which carries the
+// planned status, patched from base. It touches nothing of the reconcile's
+// scope, so that a publication's reads can run beside it.
+//
+// The status is a record, never a view: the fencing webhook trusts it. So
+// the patch carries the resourceVersion of the FencedLease as read (a late
+// patch from an earlier reconcile, or one based on a lagging cache, fails
+// instead of overwriting a newer record). recorded says that the status
+// now records what was planned; a conflict asks for another look soon.
+func (r *Reconciler) writeStatus(ctx context.Context, key types.NamespacedName, base, fl *fencingv1alpha1.FencedLease) (recorded, requeue bool, err error) {
+	err = r.Status().Patch(ctx, fl, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 	switch {
 	case apierrors.IsConflict(err):
 		ctrl.LoggerFrom(ctx).V(4).Info("FencedLease changed under us; recording the status again")
-		r.mem.unwritten(s.key)
-		return true, nil
+		r.mem.unwritten(key)
+		return false, true, nil
 	case apierrors.IsNotFound(err):
-		r.mem.unwritten(s.key)
-		return false, nil
+		r.mem.unwritten(key)
+		return false, false, nil
 	case err != nil:
-		return false, fmt.Errorf("patch status of FencedLease %s: %w", klog.KObj(s.fl), err)
+		return false, false, fmt.Errorf("patch status of FencedLease %s: %w", klog.KObj(fl), err)
 	}
-	r.mem.remember(s.fl)
-	return false, nil
+	r.mem.remember(fl)
+	return true, false, nil
 }
 
 // computeStatus records the Lease in the status, if it is newer than the one
