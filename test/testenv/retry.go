@@ -45,9 +45,11 @@ func Transient(err error) bool {
 // drives a control plane while it fails over (test/cluster's HA faults):
 // each request that meets a Transient error is sent again, for up to a
 // minute. A create whose retry finds the object already there, and a delete
-// whose retry finds it gone, were applied the first time and succeed; any
-// other answer to a retry is the request's answer (an update applied the
-// first time conflicts on its retry). The operator and the workloads under
+// whose retry finds it gone, were applied the first time and succeed, unless
+// the object found is being deleted: that is an older one of the name (a
+// harness re-creating an object waits for it to go), and the create's
+// AlreadyExists is its answer. Any other answer to a retry is the request's
+// answer (an update applied the first time conflicts on its retry). The operator and the workloads under
 // test never use it: they must cope on their own.
 func RetryTransient(c client.Client) client.Client {
 	return Intercept(c, interceptor.Funcs{
@@ -62,7 +64,7 @@ func RetryTransient(c client.Client) client.Client {
 			return retryTransient(ctx, func() error {
 				err := cl.Create(ctx, obj, opts...)
 				if retried && apierrors.IsAlreadyExists(err) {
-					return cl.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+					return createdBefore(ctx, cl, obj, err)
 				}
 				retried = true
 				return err
@@ -95,6 +97,19 @@ func RetryTransient(c client.Client) client.Client {
 			return retryTransient(ctx, func() error { return cl.SubResource(sub).Create(ctx, obj, subObj, opts...) })
 		},
 	})
+}
+
+// createdBefore reads the object that a retried create found already there
+// into obj. One being deleted is not what the first attempt created: the
+// retry's AlreadyExists, exists, is then the answer.
+func createdBefore(ctx context.Context, cl client.Client, obj client.Object, exists error) error {
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return err
+	}
+	if obj.GetDeletionTimestamp() != nil {
+		return exists
+	}
+	return nil
 }
 
 // retryTransient runs f until it meets no Transient error, for up to a minute.
