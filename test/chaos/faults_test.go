@@ -272,11 +272,10 @@ func (in *injector) deleteFencedLease(ctx context.Context, name string) (types.U
 // createFencedLease creates the lease's FencedLease again once the old one,
 // of UID old, is gone: until then the API server answers AlreadyExists. A
 // create counts only when it returns another FencedLease than the old one,
-// not being deleted: on the HA control plane, when a retry of a create meets
-// AlreadyExists, the harness's client (testenv.RetryTransient) takes it for
-// its first attempt applied and returns the FencedLease it then reads, which
-// may be the old one, still being deleted.
-// An attempt is logged unless it ends as the one before did.
+// not being deleted: on the HA control plane a create is retried after a
+// transient error (testenv.RetryTransient), and a retry that meets
+// AlreadyExists must not be taken for the create applied while the old one
+// is still there. An attempt is logged unless it ends as the one before did.
 func (in *injector) createFencedLease(ctx context.Context, l *lease, old types.UID) error {
 	w := in.w
 	// Until the name is free. On the HA control plane, an API server that
