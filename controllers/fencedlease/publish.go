@@ -104,8 +104,8 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) (ctrl.Result, 
 // still published only once the patch has succeeded. Nothing orders a
 // read of the publication after the status patch; each step's argument
 // orders it before the holder's write only (docs/design.md, "The status
-// patch beside the publication's reads"). A takeover publishes its new
-// holder one round trip sooner.
+// patch runs beside the publication's reads"). A takeover publishes its
+// new holder one round trip sooner.
 func (r *Reconciler) recordAndPublish(ctx context.Context, base *fencingv1alpha1.FencedLease, s *scope, ok bool) (bool, error) {
 	write := r.planStatus(ctx, base, s, ok)
 	var pub *publication
