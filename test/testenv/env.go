@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -138,6 +139,12 @@ func Start(opts ...func(*envtest.Environment)) (*Env, error) {
 	}
 	cfg, err := te.Start()
 	if err != nil {
+		// envtest leaves kube-apiserver and etcd running when a step after
+		// their start fails (the CRDs or the webhooks not installed): stop
+		// them, or they idle on as long as the machine runs.
+		if stopErr := te.Stop(); stopErr != nil {
+			err = errors.Join(err, fmt.Errorf("stop the control plane: %w", stopErr))
+		}
 		return nil, fmt.Errorf("start kube-apiserver and etcd: %w", err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: setup.Scheme()})
