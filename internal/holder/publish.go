@@ -27,12 +27,15 @@ type Publication struct {
 	Fence int64
 	// Grant is the fence of the grant the pod was last marked for.
 	Grant int64
+	// Foreign says that the pod's annotations, its token files, name
+	// another FencedLease.
+	Foreign bool
 }
 
 // PublicationOf is what a pod of that UID carries of a FencedLease, as
 // the record codec reads it.
 func PublicationOf(uid types.UID, p record.Pod) Publication {
-	return Publication{UID: uid, Labelled: p.Labelled, Lease: p.Lease, Role: p.Role, Fence: p.Fence, Grant: p.Grant}
+	return Publication{UID: uid, Labelled: p.Labelled, Lease: p.Lease, Role: p.Role, Fence: p.Fence, Grant: p.Grant, Foreign: p.Foreign}
 }
 
 // IsHolder says whether the pod is published as holder: role holder with a
@@ -100,6 +103,14 @@ func CachedPodAction(p Publication, lease string, candidate, current bool, l Lea
 	case !candidate:
 		return Clear
 	case p.IsHolder():
+		return Standby
+	case current && p.Foreign:
+		// Its token files are another FencedLease's publication, which the
+		// write checks has ended (or whose Lease is gone). The label alone
+		// would leave that publication on a pod the other FencedLease no
+		// longer finds by its label: nothing would ever clear it, and the
+		// pod would stay published as the other one's holder beside the
+		// holders of its later grants. A standby's annotations replace it.
 		return Standby
 	case current && !p.Labelled:
 		return Label

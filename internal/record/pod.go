@@ -13,19 +13,23 @@ type Pod struct {
 	Fence int64
 	// Grant is the fence of the grant the pod was last marked for.
 	Grant int64
+	// Foreign says that the annotations name another FencedLease: the
+	// pod's token files are that one's.
+	Foreign bool
 }
 
 // ParsePod reads what a pod carries of the FencedLease lease. A pod whose
 // label and lease annotation name another FencedLease, or none, carries
 // nothing of this one; a pod with this one's label whose annotations name
 // another carries only the label (the annotations, its token files, are the
-// other one's).
+// other one's). Either is Foreign when the annotations name another.
 func ParsePod(labels, annotations map[string]string, lease string) Pod {
-	if labels[LabelLease] != lease && annotations[AnnotationLease] != lease {
-		return Pod{}
+	named := annotations[AnnotationLease]
+	if labels[LabelLease] != lease && named != lease {
+		return Pod{Foreign: named != ""}
 	}
-	if named := annotations[AnnotationLease]; named != "" && named != lease {
-		return Pod{Labelled: true}
+	if named != "" && named != lease {
+		return Pod{Labelled: true, Foreign: true}
 	}
 	p := Pod{
 		Labelled: labels[LabelLease] == lease,

@@ -88,7 +88,10 @@ func TestPodRecord(t *testing.T) {
 	g.Expect(record.ParsePod(labels, nil, "other")).To(Equal(record.Pod{}), "another FencedLease's pod carries nothing of this one")
 	g.Expect(record.ParsePod(labels, map[string]string{"fencedlease.io/lease": "other", "fencedlease.io/role": "holder",
 		"fencedlease.io/fence": "151", "fencedlease.io/grant": "151"}, "db")).
-		To(Equal(record.Pod{Labelled: true}), "relabelled, the pod carries only db's label: its token files are other's")
+		To(Equal(record.Pod{Labelled: true, Foreign: true}), "relabelled, the pod carries only db's label: its token files are other's")
+	g.Expect(record.ParsePod(map[string]string{"fencedlease.io/lease": "other"}, map[string]string{"fencedlease.io/lease": "other",
+		"fencedlease.io/role": "holder", "fencedlease.io/fence": "151"}, "db")).
+		To(Equal(record.Pod{Foreign: true}), "another FencedLease's publication is foreign to this one")
 	lease, fence := record.Published(map[string]string{"fencedlease.io/lease": "db", "fencedlease.io/role": "holder", "fencedlease.io/fence": "7"})
 	g.Expect([]any{lease, fence}).To(Equal([]any{"db", int64(7)}))
 	lease, _ = record.Published(map[string]string{"fencedlease.io/lease": "db", "fencedlease.io/role": "standby"})
