@@ -11,7 +11,10 @@
 // applied, which replica pauses or crashes, which pod or node changes, and how
 // far the clock moves. A replica may start with a pod cache that has not yet
 // delivered every pod, and delivers nothing for a while (Config.PodsBehind),
-// drawn from a generator of its own. A run is a pure function of its seed,
+// drawn from a generator of its own. Now and then a replica pauses right
+// before one of its writes, which it applies when it resumes
+// (Config.PausesBeforeWrites): the stalled process of the lock's story. A
+// run is a pure function of its seed,
 // so a failure is replayed exactly and a failing seed becomes a regression
 // test.
 //

@@ -54,6 +54,12 @@ type Config struct {
 	// for up to a quarter of the run. Drawn from a generator of its own:
 	// a seed whose replicas all start current runs as without it.
 	PodsBehind float64
+	// PausesBeforeWrites is the probability that a replica, its next call
+	// a write, pauses right before it, as a process stalled between its
+	// reads and its write would: the write lands when it resumes. Pauses
+	// at random steps (pauseSomeone) rarely stop a replica at the very
+	// write that matters, such as a publication's last.
+	PausesBeforeWrites float64
 	// World chooses the workload and what happens to it.
 	World WorldConfig
 	// Webhooks is how many replicas of the fencing webhook decide the
@@ -106,6 +112,9 @@ type Stats struct {
 	// (Concurrently), Overtaken those in which a later step finished
 	// before an earlier one.
 	Forks, Overtaken int
+	// PausesBeforeWrites counts the replicas paused right before a write
+	// (Config.PausesBeforeWrites).
+	PausesBeforeWrites int
 }
 
 // Sim is one run.
@@ -324,6 +333,9 @@ func (s *Sim) resumeSomeone() bool {
 	}
 	a := ready[s.rng.Intn(len(ready))]
 	c := a.next
+	if c.write && a.rep != nil && s.pauseBefore(a.rep, c) {
+		return true
+	}
 	s.tracef("step %d: %s", s.step, c.desc)
 	s.stats.Calls++
 	if c.write {
@@ -525,13 +537,40 @@ func (s *Sim) pauseSomeone() bool {
 		return false
 	}
 	r := s.replicas[s.rng.Intn(len(s.replicas))]
-	for _, other := range s.replicas {
-		if other != r && !s.active(other) {
-			return false // one replica at least keeps going
-		}
+	if !s.othersActive(r) {
+		return false // one replica at least keeps going
 	}
 	r.pausedUntil = s.step + 20 + s.rng.Intn(150)
 	s.tracef("step %d: replica %d pauses until step %d", s.step, r.id, r.pausedUntil)
+	return true
+}
+
+// pauseBefore pauses r, now and then, right before c, one of its writes
+// (Config.PausesBeforeWrites), for long enough that another replica can
+// run a whole takeover meanwhile; c stays next and is applied when r
+// resumes. It draws nothing from the schedule's generator when the
+// probability is 0, so seeds run without it as before.
+func (s *Sim) pauseBefore(r *replica, c *call) bool {
+	if !s.chance(s.cfg.PausesBeforeWrites) || !s.othersActive(r) {
+		return false
+	}
+	r.pausedUntil = s.step + 40 + s.rng.Intn(250)
+	s.stats.PausesBeforeWrites++
+	s.tracef("step %d: replica %d pauses right before %q until step %d", s.step, r.id, c.desc, r.pausedUntil)
+	return true
+}
+
+// othersActive says whether r has another replica and every other one is
+// running: one replica at least keeps going.
+func (s *Sim) othersActive(r *replica) bool {
+	if len(s.replicas) < 2 {
+		return false
+	}
+	for _, other := range s.replicas {
+		if other != r && !s.active(other) {
+			return false
+		}
+	}
 	return true
 }
 
