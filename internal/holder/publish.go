@@ -108,9 +108,11 @@ func CachedPodAction(p Publication, lease string, candidate, current bool, l Lea
 		// Its token files are another FencedLease's publication, which the
 		// write checks has ended (or whose Lease is gone). The label alone
 		// would leave that publication on a pod the other FencedLease no
-		// longer finds by its label: nothing would ever clear it, and the
-		// pod would stay published as the other one's holder beside the
-		// holders of its later grants. A standby's annotations replace it.
+		// longer finds by its label: nothing of the other's clears it, and
+		// until this one's next write to the pod (its publication, which
+		// may fail and wait) the pod stays published as the other one's
+		// holder, beside the holders of its later grants. A standby's
+		// annotations replace it.
 		return Standby
 	case current && !p.Labelled:
 		return Label

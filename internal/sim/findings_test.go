@@ -540,3 +540,46 @@ func TestAPausedFirstPublicationFailsOnceAnotherIsGranted(t *testing.T) {
 	sc.Finish(1, "db")
 	g.Expect(sc.Holders("db")).To(Equal([]string{"b"}))
 }
+
+// TestAPodMovedToAnotherFencedLeaseKeepsNoStalePublication: pod p, db's
+// published holder, moves to FencedLease other (its labels change). db
+// revokes its grant and its demotion of p fails. other grants p; its
+// publication fails after its pass over the pods wrote p. db is deleted
+// and created again, and grants q. Had other's pass written its label
+// alone over db's annotations (seed 3557), db's deletion, which finds its
+// pods by the label, would have left p published as db's holder, and the
+// new db's publication of q would make two (docs/design.md, "Once
+// other's grant is seen ended").
+func TestAPodMovedToAnotherFencedLeaseKeepsNoStalePublication(t *testing.T) {
+	sc, g := script(t, 1)
+	g.Expect(sc.FencedLease("db", app, immediate)).To(Succeed())
+	g.Expect(sc.Pod("p", "n0", app, time.Hour)).To(Succeed())
+	holds(g, sc, "p")
+
+	g.Expect(sc.Relabel("p", "app", "")).To(Succeed())
+	g.Expect(sc.Relabel("p", "team", "x")).To(Succeed())
+	for i := 0; i < 5 && lease(g, sc, "db").Annotations[fencingv1alpha1.LeaseAnnotationState] != "revoked"; i++ {
+		sc.Start(0, "db")
+		for sc.RunUntil(0, "db", "r0 patch Pod ns/p") {
+			sc.Fail(0, "db") // the demotion, and its retries
+		}
+	}
+	g.Expect(lease(g, sc, "db").Annotations).To(HaveKeyWithValue(fencingv1alpha1.LeaseAnnotationState, "revoked"))
+	g.Expect(sc.Holders("db")).To(Equal([]string{"p"}), "db's demotion of p failed")
+
+	g.Expect(sc.FencedLease("other", map[string]string{"team": "x"}, immediate)).To(Succeed())
+	sc.Start(0, "other")
+	g.Expect(sc.RunUntil(0, "other", "r0 patch Pod ns/p")).To(BeTrue(), "other's pass over the pods writes p")
+	sc.Step(0, "other")
+	g.Expect(sc.RunUntil(0, "other", "r0 patch Pod ns/p")).To(BeTrue(), "other publishes p")
+	sc.Fail(0, "other")
+	sc.Finish(0, "other")
+	g.Expect(status(g, sc, "other").Holder.PodName).To(Equal("p"))
+
+	g.Expect(sc.DeleteFencedLease("db")).To(Succeed())
+	sc.Settle(0, "db", 10)
+	g.Expect(sc.Get("db", &fencingv1alpha1.FencedLease{})).NotTo(Succeed(), "db is gone")
+	g.Expect(sc.FencedLease("db", app, immediate)).To(Succeed())
+	g.Expect(sc.Pod("q", "n1", app, time.Minute)).To(Succeed())
+	holds(g, sc, "q")
+}

@@ -302,6 +302,21 @@ func (sc *Script) Annotate(name, key, value string) error {
 	})
 }
 
+// Relabel sets a label on a pod, or removes it when value is empty, as a
+// user or a controller changing the pod's labels would.
+func (sc *Script) Relabel(name, key, value string) error {
+	return sc.onPod(name, false, func(p *corev1.Pod) {
+		if value == "" {
+			delete(p.Labels, key)
+			return
+		}
+		if p.Labels == nil {
+			p.Labels = map[string]string{}
+		}
+		p.Labels[key] = value
+	})
+}
+
 func (sc *Script) onPod(name string, status bool, mutate func(*corev1.Pod)) error {
 	w := sc.s.world
 	pod := &corev1.Pod{}
