@@ -40,7 +40,11 @@ func (w *write) run(ctx context.Context) (Pointer, error) {
 	if w.sha, err = digest(w.body); err != nil {
 		return Pointer{}, fmt.Errorf("read body: %w", err)
 	}
-	if err := w.putVersion(ctx); err != nil {
+	var baseSeq int64
+	if cur != nil {
+		baseSeq = cur.Seq
+	}
+	if err := w.putVersion(ctx, cur, baseSeq); err != nil {
 		return Pointer{}, err
 	}
 	for range w.attempts() {
@@ -64,7 +68,7 @@ func (w *write) run(ctx context.Context) (Pointer, error) {
 				return Pointer{}, fmt.Errorf("%w: move pointer: %w; read back: %w", ErrUnknownOutcome, err, rerr)
 			}
 			switch {
-			case now != nil && now.applied(w.opID):
+			case now != nil && now.applied(w.opID, w.fence):
 				return next, nil
 			case now != nil && !now.remembers(next.Seq):
 				return Pointer{}, fmt.Errorf("%w: move pointer: %w; %d other writes moved it since", ErrUnknownOutcome, err, now.Seq-base.Seq)
@@ -88,29 +92,42 @@ func (w *write) run(ctx context.Context) (Pointer, error) {
 }
 
 // check decides on the current pointer: a replay or a stale fence ends
-// the write.
+// the write. An operation is applied once, under whichever fence, as with
+// fencesql's operations table; but a writer whose own fence is lower than
+// the pointer's is told that it is stale, even when a newer holder applied
+// the same operation: its attempt lost, and the newer holder's content is
+// current.
 func (w *write) check(cur *Pointer) error {
-	switch {
-	case cur == nil:
+	if cur == nil {
 		return nil
-	case cur.applied(w.opID):
+	}
+	f, applied := cur.appliedAt(w.opID)
+	switch {
+	case applied && (f == w.fence || f == 0):
 		return ErrAlreadyApplied
 	case cur.Fence > w.fence:
 		return fmt.Errorf("%w (pointer fence %d, by operation %q)", ErrStale, cur.Fence, cur.OpID)
+	case applied:
+		return fmt.Errorf("%w (with fence %d)", ErrAlreadyApplied, f)
 	}
 	return nil
 }
 
 // putVersion writes the immutable version object, once: if an earlier
-// attempt of this operation wrote it, that one is kept.
-func (w *write) putVersion(ctx context.Context) error {
+// attempt of this operation under this fence wrote it, that one is kept,
+// unless the pointer cur (which does not list the operation: check said
+// so) no longer remembers every move since that attempt read it. Then the
+// attempt may have moved the pointer, and applying the operation again
+// could bring its content back over newer writes: ErrOutcomeLost.
+func (w *write) putVersion(ctx context.Context, cur *Pointer, baseSeq int64) error {
 	for range w.attempts() {
 		if _, err := w.body.Seek(0, io.SeekStart); err != nil {
 			return fmt.Errorf("rewind body: %w", err)
 		}
 		_, err := w.s.client.PutObject(ctx, &s3.PutObjectInput{
 			Bucket: aws.String(w.s.bucket), Key: aws.String(w.version), Body: w.body, IfNoneMatch: aws.String("*"),
-			Metadata: map[string]string{MetaFence: strconv.FormatInt(w.fence, 10), MetaOpID: w.opID, MetaSHA256: w.sha},
+			Metadata: map[string]string{MetaFence: strconv.FormatInt(w.fence, 10), MetaOpID: w.opID, MetaSHA256: w.sha,
+				MetaBaseSeq: strconv.FormatInt(baseSeq, 10)},
 		}, noRetry)
 		switch classify(err) {
 		case applied:
@@ -119,10 +136,13 @@ func (w *write) putVersion(ctx context.Context) error {
 			return fmt.Errorf("write version %s: %w", w.version, err)
 		}
 		// It exists (412), or the reply was lost: is it this operation's?
-		mine, found, herr := w.versionIsMine(ctx)
+		mine, found, since, herr := w.versionIsMine(ctx)
 		switch {
 		case herr != nil:
 			return fmt.Errorf("%w: write version %s: %w; read back: %w", ErrUnknownOutcome, w.version, err, herr)
+		case found && mine && cur != nil && !cur.remembers(since+1):
+			return fmt.Errorf("version %s was written by an earlier attempt after move %d of the pointer, which remembers only moves %d to %d: %w",
+				w.version, since, max(cur.Seq-RecentOps, 1), cur.Seq, ErrOutcomeLost)
 		case found && mine:
 			return nil
 		case found:
@@ -134,14 +154,17 @@ func (w *write) putVersion(ctx context.Context) error {
 }
 
 // versionIsMine reads back the version object: whether it exists and was
-// written by this operation with this content.
-func (w *write) versionIsMine(ctx context.Context) (mine, found bool, err error) {
+// written by this operation with this content, and the sequence number of
+// the pointer its first attempt read before writing it (0 when it says
+// none: the pointer did not exist, or the version predates the record).
+func (w *write) versionIsMine(ctx context.Context) (mine, found bool, baseSeq int64, err error) {
 	out, err := w.s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(w.s.bucket), Key: aws.String(w.version)})
 	if err != nil {
 		if statusOf(err) == 404 {
-			return false, false, nil
+			return false, false, 0, nil
 		}
-		return false, false, err
+		return false, false, 0, err
 	}
-	return out.Metadata[MetaOpID] == w.opID && out.Metadata[MetaSHA256] == w.sha, true, nil
+	baseSeq, _ = strconv.ParseInt(out.Metadata[MetaBaseSeq], 10, 64)
+	return out.Metadata[MetaOpID] == w.opID && out.Metadata[MetaSHA256] == w.sha, true, baseSeq, nil
 }
