@@ -104,6 +104,12 @@ func decodePointer(key string, data []byte) (Pointer, error) {
 // another for each grant, so that what a stale holder left behind never
 // stands in the way of the newer holder's write of the same operation.
 func VersionKey(key, opID string, fence int64) string {
+	return versionPrefix(key, opID) + strconv.FormatInt(fence, 10)
+}
+
+// versionPrefix is what the keys of every version of operation opID start
+// with, whatever their fence.
+func versionPrefix(key, opID string) string {
 	sum := sha256.Sum256([]byte(opID))
-	return key + ".versions/" + hex.EncodeToString(sum[:16]) + "-" + strconv.FormatInt(fence, 10)
+	return key + ".versions/" + hex.EncodeToString(sum[:16]) + "-"
 }

@@ -126,9 +126,13 @@ func TestReplayOfAForgottenOutcomeIsRefused(t *testing.T) {
 	content, before := read(g, direct)
 	g.Expect(content).To(Equal(want))
 
-	_, err = direct.Put(ctx, key, "op-x", 42, body("report x"))
-	g.Expect(errors.Is(err, fences3.ErrOutcomeLost)).To(BeTrue(), "the replay must be refused, not applied again: %v", err)
-	content, after := read(g, direct)
-	g.Expect(content).To(Equal(want), "nothing changed")
-	g.Expect(after).To(Equal(before))
+	// The replay, by the same grant, and by the next grant (another fence,
+	// so another version key) after a restart.
+	for _, f := range []int64{42, 43} {
+		_, err = direct.Put(ctx, key, "op-x", f, body("report x"))
+		g.Expect(errors.Is(err, fences3.ErrOutcomeLost)).To(BeTrue(), "the replay with fence %d must be refused, not applied again: %v", f, err)
+		content, after := read(g, direct)
+		g.Expect(content).To(Equal(want), "nothing changed")
+		g.Expect(after).To(Equal(before))
+	}
 }

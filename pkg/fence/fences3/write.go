@@ -43,8 +43,11 @@ func (w *write) run(ctx context.Context) (Pointer, error) {
 	var baseSeq int64
 	if cur != nil {
 		baseSeq = cur.Seq
+		if err := w.checkEarlierAttempts(ctx, cur); err != nil {
+			return Pointer{}, err
+		}
 	}
-	if err := w.putVersion(ctx, cur, baseSeq); err != nil {
+	if err := w.putVersion(ctx, baseSeq); err != nil {
 		return Pointer{}, err
 	}
 	for range w.attempts() {
@@ -113,13 +116,48 @@ func (w *write) check(cur *Pointer) error {
 	return nil
 }
 
+// checkEarlierAttempts refuses a write of an operation that an earlier
+// attempt, under any fence, may have applied beyond what the pointer cur
+// remembers (cur does not list the operation: check said so). A replay
+// after a new grant has another fence, so its own version key tells
+// nothing of the old grant's attempt: the versions of the operation are
+// listed. When cur remembers every move it ever made, an earlier attempt's
+// move would be listed, and nothing is read.
+func (w *write) checkEarlierAttempts(ctx context.Context, cur *Pointer) error {
+	if cur.remembers(1) {
+		return nil
+	}
+	prefix := versionPrefix(w.key, w.opID)
+	out, err := w.s.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(w.s.bucket), Prefix: aws.String(prefix)})
+	if err != nil {
+		return fmt.Errorf("list the earlier attempts of the operation: %w", err)
+	}
+	for _, o := range out.Contents {
+		k := aws.ToString(o.Key)
+		head, err := w.s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(w.s.bucket), Key: aws.String(k)})
+		if statusOf(err) == 404 {
+			continue // expired by a lifecycle rule meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("read earlier attempt %s: %w", k, err)
+		}
+		if head.Metadata[MetaOpID] != w.opID {
+			continue
+		}
+		since, _ := strconv.ParseInt(head.Metadata[MetaBaseSeq], 10, 64)
+		if !cur.remembers(since + 1) {
+			return fmt.Errorf("version %s was written by an earlier attempt after move %d of the pointer, which remembers only moves %d to %d: %w",
+				k, since, cur.Seq-RecentOps, cur.Seq, ErrOutcomeLost)
+		}
+	}
+	return nil
+}
+
 // putVersion writes the immutable version object, once: if an earlier
-// attempt of this operation under this fence wrote it, that one is kept,
-// unless the pointer cur (which does not list the operation: check said
-// so) no longer remembers every move since that attempt read it. Then the
-// attempt may have moved the pointer, and applying the operation again
-// could bring its content back over newer writes: ErrOutcomeLost.
-func (w *write) putVersion(ctx context.Context, cur *Pointer, baseSeq int64) error {
+// attempt of this operation under this fence wrote it, that one is kept
+// (checkEarlierAttempts has made sure that it did not move the pointer).
+// The version records baseSeq, the move of the pointer read before it.
+func (w *write) putVersion(ctx context.Context, baseSeq int64) error {
 	for range w.attempts() {
 		if _, err := w.body.Seek(0, io.SeekStart); err != nil {
 			return fmt.Errorf("rewind body: %w", err)
@@ -136,13 +174,10 @@ func (w *write) putVersion(ctx context.Context, cur *Pointer, baseSeq int64) err
 			return fmt.Errorf("write version %s: %w", w.version, err)
 		}
 		// It exists (412), or the reply was lost: is it this operation's?
-		mine, found, since, herr := w.versionIsMine(ctx)
+		mine, found, herr := w.versionIsMine(ctx)
 		switch {
 		case herr != nil:
 			return fmt.Errorf("%w: write version %s: %w; read back: %w", ErrUnknownOutcome, w.version, err, herr)
-		case found && mine && cur != nil && !cur.remembers(since+1):
-			return fmt.Errorf("version %s was written by an earlier attempt after move %d of the pointer, which remembers only moves %d to %d: %w",
-				w.version, since, max(cur.Seq-RecentOps, 1), cur.Seq, ErrOutcomeLost)
 		case found && mine:
 			return nil
 		case found:
@@ -154,17 +189,14 @@ func (w *write) putVersion(ctx context.Context, cur *Pointer, baseSeq int64) err
 }
 
 // versionIsMine reads back the version object: whether it exists and was
-// written by this operation with this content, and the sequence number of
-// the pointer its first attempt read before writing it (0 when it says
-// none: the pointer did not exist, or the version predates the record).
-func (w *write) versionIsMine(ctx context.Context) (mine, found bool, baseSeq int64, err error) {
+// written by this operation with this content.
+func (w *write) versionIsMine(ctx context.Context) (mine, found bool, err error) {
 	out, err := w.s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(w.s.bucket), Key: aws.String(w.version)})
 	if err != nil {
 		if statusOf(err) == 404 {
-			return false, false, 0, nil
+			return false, false, nil
 		}
-		return false, false, 0, err
+		return false, false, err
 	}
-	baseSeq, _ = strconv.ParseInt(out.Metadata[MetaBaseSeq], 10, 64)
-	return out.Metadata[MetaOpID] == w.opID && out.Metadata[MetaSHA256] == w.sha, true, baseSeq, nil
+	return out.Metadata[MetaOpID] == w.opID && out.Metadata[MetaSHA256] == w.sha, true, nil
 }
