@@ -12,12 +12,15 @@
 //
 //   - NewManager returns a manager whose runnables that need leader
 //     election (controllers, by default) start only once this pod holds a
-//     grant. With spec.renewal Holder, the pod renews its own grant through
-//     a fence.Session and holds it only until its own deadline (the send time
-//     of its last successful renewal plus the lease duration, minus a
-//     margin, on its monotonic clock); the controllers are stopped before
-//     that deadline: as soon as the grant ends, and at the latest
-//     Options.StopLead before the deadline when no renewal came in time. The
+//     grant. The FencedLease must have spec.renewal Holder: the pod renews
+//     its own grant through a fence.Session and holds it only until its own
+//     deadline (the send time of its last successful renewal plus the lease
+//     duration, minus a margin, on its monotonic clock); the controllers are
+//     stopped before that deadline: as soon as the grant ends, and at the
+//     latest Options.StopLead before the deadline when no renewal came in
+//     time. Under spec.renewal Operator a pod cannot know when its grant
+//     ends, so Start returns ErrOperatorRenewal before any controller starts,
+//     as soon as the Lease records the mode. The
 //     manager's Start then returns ErrLeaderElectionLost, as
 //     controller-runtime's returns "leader election lost": controllers
 //     cannot be started twice in one process, so the program exits, and its
