@@ -47,27 +47,38 @@ type ClientOptions struct {
 }
 
 // NewClient returns a client that writes through c only while g holds a
-// grant, and stamps that grant's fence on every write:
+// grant, and stamps that grant's fence where the fencing webhook checks
+// one: on objects that carry the protected-by label (LabelProtectedBy) as
+// the caller gives them, and on no others.
 //
-//   - Create, Update, Patch and Apply of a main resource set the annotation
-//     fencedlease.io/fence to the fence (for a patch, in the patch itself;
-//     see stampPatchData for each patch type);
-//   - writes of a subresource (Status(), SubResource("scale"), ...) set the
-//     field manager to "<manager>;fencedlease.io/fence=<N>" (FieldManager),
-//     <manager> being the write's own field manager or o.FieldManager;
-//   - Delete writes the fence on the object first, then deletes the version
-//     that write made (the fencing webhook admits a delete from the current
-//     holder pod only, of an object carrying its current fence);
-//     DeleteAllOf carries no fence (a delete cannot), so it deletes only
-//     the objects last written with the current fence: the webhook denies
-//     the others.
+//   - Create, Update, Patch and Apply of a protected object set the
+//     annotation fencedlease.io/fence to the fence (for a patch, in the
+//     patch itself; see stampPatchData for each patch type); an apply that
+//     conflicts only with this client's stamps of another grant is sent
+//     again with force (ownConflict);
+//   - writes of a subresource (Status(), SubResource("scale"), ...) of a
+//     protected object set the field manager to
+//     "<manager>;fencedlease.io/fence=<N>" (FieldManager), <manager> being
+//     the write's own field manager or o.FieldManager;
+//   - Delete of a protected object writes the fence on it first, then
+//     deletes the version that write made (the fencing webhook admits a
+//     delete from the current holder pod only, of an object carrying its
+//     current fence); DeleteAllOf carries no fence (a delete cannot), so it
+//     deletes only the objects last written with the current fence: the
+//     webhook denies the others;
+//   - writes of any other object (Pods, Events, anything unlabelled) are
+//     sent as a plain client sends them. One that the webhook refuses for
+//     want of this client's fence (the object is protected, the caller's
+//     copy did not say so) is sent once more, stamped; a delete refused
+//     because the object does not carry the current fence is made as a
+//     protected one's.
 //
 // Each write asks g for the grant right before it is sent and is refused,
-// without being sent, when there is none: the error wraps fence.ErrNotHolder
-// and names the object. A write can still be sent the instant after the
-// grant ended (the process paused between the check and the send): it then
-// carries the old fence, and the webhook rejects it. Reads go to c as they
-// are.
+// without being sent, when there is none, protected or not: the error
+// wraps fence.ErrNotHolder and names the object. A write can still be sent
+// the instant after the grant ended (the process paused between the check
+// and the send): it then carries the old fence, and the webhook rejects it
+// if the object is protected. Reads go to c as they are.
 func NewClient(c client.Client, g Grants, o ClientOptions) client.Client {
 	return &fencedClient{inner: c, grants: g, fieldManager: o.FieldManager}
 }

@@ -25,16 +25,19 @@
 //     controller-runtime's returns "leader election lost": controllers
 //     cannot be started twice in one process, so the program exits, and its
 //     pod, restarted, is a candidate again.
-//   - The manager's GetClient, and NewClient around any client, stamp the
-//     fence on every write, right after asking the Session whether the grant
-//     is still held by its own clock (a paused process's timers fire late;
-//     the clock does not): the annotation fencedlease.io/fence on creates,
-//     updates, patches and applies of a main resource, and the field manager
+//   - The manager's GetClient, and NewClient around any client, send a
+//     write only right after asking the Session whether the grant is still
+//     held by its own clock (a paused process's timers fire late; the
+//     clock does not), and stamp the fence where the fencing webhook checks
+//     one, on objects labelled fencedlease.io/protected-by: the annotation
+//     fencedlease.io/fence on creates, updates, patches and applies of a
+//     main resource, and the field manager
 //     "<manager>;fencedlease.io/fence=<N>" (FieldManager) on writes of a
-//     status or scale subresource, whose metadata the API server keeps as
-//     stored. Deletes carry no fence; the webhook admits them from the
-//     current holder pod only. Without a valid grant the client sends
-//     nothing and returns an error wrapping fence.ErrNotHolder.
+//     subresource. A delete carries no fence, so a protected object is
+//     stamped first and that version deleted. Other objects (Pods,
+//     unlabelled ones) are written as a plain client writes them. Without a
+//     valid grant the client sends nothing, protected or not, and returns
+//     an error wrapping fence.ErrNotHolder.
 //
 // A write that passed the client's check the instant before the grant ended
 // still reaches the API server, with the old fence: the webhook rejects it.
