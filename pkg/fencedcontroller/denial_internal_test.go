@@ -83,8 +83,17 @@ func TestDenialsAreRecognised(t *testing.T) {
 			g.Expect(olderWrite(err, 10)).To(BeFalse(), "%v", err)
 		})
 	}
-	// The same words from anything but the fencing webhook are not its.
+	// A status write of a protected object without a fence in its field
+	// manager: where the webhook refuses it, it refuses it for its missing
+	// fence, in words the client recognises.
 	g := NewWithT(t)
+	status := req(fencing.Update, labelled(""), labelled(""), pod)
+	status.SubResource, status.Kind = "status", "Widget"
+	if d := fencing.Decide(status, lease, fencing.Principals{}); !d.Allowed {
+		g.Expect(d.Reason).To(Equal(fencing.ReasonMissingFence), d.Message)
+		g.Expect(unstamped(webhookDenial(d.Message), 12)).To(BeTrue(), d.Message)
+	}
+	// The same words from anything but the fencing webhook are not its.
 	d := fencing.Decide(req(fencing.Update, labelled(""), labelled(""), pod), lease, fencing.Principals{})
 	g.Expect(unstamped(apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "state", fmt.Errorf("%s", d.Message)), 12)).To(BeFalse())
 	g.Expect(unstamped(nil, 12)).To(BeFalse())
