@@ -23,6 +23,9 @@ type process struct {
 	bin  string
 	args []string
 	env  []string
+	// wrap, when set, runs bin through another program that ends by
+	// executing it (unshare, nsenter): the pid file still names bin.
+	wrap []string
 }
 
 func (c *Cluster) pidFile(name string) string { return filepath.Join(c.Dir, "run", name+".pid") }
@@ -52,6 +55,9 @@ func (c *Cluster) start(p process) error {
 	defer log.Close()
 	fmt.Fprintf(log, "\n==> %s %s %s\n", time.Now().Format(time.RFC3339), p.bin, strings.Join(p.args, " "))
 	cmd := exec.Command(p.bin, p.args...)
+	if len(p.wrap) > 0 {
+		cmd = exec.Command(p.wrap[0], slices.Concat(p.wrap[1:], []string{p.bin}, p.args)...)
+	}
 	cmd.Dir = c.Dir
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdout, cmd.Stderr = log, log
