@@ -9,9 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -154,7 +156,9 @@ func (c *Cluster) startRealNode(ctx context.Context, p *pki, node string) error 
 	if err != nil {
 		return err
 	}
-	sock := filepath.Join(dir, "containerd", "containerd.sock")
+	// The socket is in the node's /run (a directory of the node's own):
+	// a path under the cluster's directory may be too long for a socket.
+	sock := "/run/containerd/containerd.sock"
 	if err := writeContainerdConfig(dir, sock); err != nil {
 		return err
 	}
@@ -166,11 +170,14 @@ func (c *Cluster) startRealNode(ctx context.Context, p *pki, node string) error 
 		args: []string{"--config", filepath.Join(dir, "containerd.toml")}, env: []string{"PATH=" + path}}); err != nil {
 		return err
 	}
-	if err := waitFile(ctx, sock, 30*time.Second); err != nil {
+	if _, ok := c.waitExec(names[1]); !ok {
+		return c.failed(names[1], errors.New("it did not start"))
+	}
+	if err := c.waitFile(ctx, names[1], filepath.Join(dir, "host", "run", "containerd", "containerd.sock"), 30*time.Second); err != nil {
 		return c.failed(names[1], err)
 	}
 	for _, img := range c.Images {
-		if err := importImage(ctx, sock, img); err != nil {
+		if err := importImage(ctx, enter, sock, img); err != nil {
 			return err
 		}
 	}
@@ -230,7 +237,7 @@ func waitOwnMountNamespace(pid int) (string, error) {
 // holding the current values over the kernel settings the kubelet writes.
 func (c *Cluster) privateMounts(enter []string, dir string) error {
 	mount := func(src, dst string) error {
-		args := append(enter[1:], "mount", "--bind", src, dst)
+		args := append(slices.Clone(enter[1:]), "mount", "--bind", src, dst)
 		if out, err := exec.Command(enter[0], args...).CombinedOutput(); err != nil {
 			return fmt.Errorf("mount %s on %s in the node's namespace: %w: %s", src, dst, err, out)
 		}
@@ -396,19 +403,26 @@ func (c *Cluster) kubeletKubeconfig(p *pki, node string) (string, error) {
 	return path, clientcmd.WriteToFile(*kc, path)
 }
 
-func importImage(ctx context.Context, sock, tarball string) error {
-	cmd := exec.CommandContext(ctx, "ctr", "--address", sock, "-n", "k8s.io", "images", "import", tarball)
+// importImage imports the image tarball into the node's containerd, with
+// ctr in the node's namespace (where containerd's socket is).
+func importImage(ctx context.Context, enter []string, sock, tarball string) error {
+	args := append(slices.Clone(enter[1:]), "ctr", "--address", sock, "-n", "k8s.io", "images", "import", tarball)
+	cmd := exec.CommandContext(ctx, enter[0], args...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("import the image %s into containerd: %w: %s", tarball, err, out)
 	}
 	return nil
 }
 
-func waitFile(ctx context.Context, path string, timeout time.Duration) error {
+// waitFile waits until path exists, while the named process runs.
+func (c *Cluster) waitFile(ctx context.Context, name, path string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		if _, err := os.Stat(path); err == nil {
 			return nil
+		}
+		if _, ok := c.pid(name); !ok {
+			return fmt.Errorf("%s exited before it made %s", name, path)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s does not exist after %s", path, timeout)
@@ -476,4 +490,46 @@ func ImageTarballs(dir string) []string {
 		out = append(out, filepath.Join(dir, n+".tar"))
 	}
 	return out
+}
+
+// OnRealNode makes spec a pod of the real nodes: scheduled on one (its
+// label), tolerating their taint, in the machine's network (the real nodes
+// have no pod network: docs/cluster.md).
+func OnRealNode(spec *corev1.PodSpec) {
+	if spec.NodeSelector == nil {
+		spec.NodeSelector = map[string]string{}
+	}
+	spec.NodeSelector[RealNodeLabel] = "real"
+	spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: RealNodeTaint, Operator: corev1.TolerationOpExists})
+	spec.HostNetwork = true
+}
+
+// ContainerLog returns what the container of a pod on a real node has
+// written so far (its current instance's log, as the kubelet keeps it in
+// the node's directory): the API server cannot reach the kubelets for
+// kubectl logs.
+func (c *Cluster) ContainerLog(node string, pod *corev1.Pod, container string) (string, error) {
+	dir := filepath.Join(c.nodeDir(node), "pod-logs", pod.Namespace+"_"+pod.Name+"_"+string(pod.UID), container)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", fmt.Errorf("logs of container %s of pod %s/%s: %w", container, pod.Namespace, pod.Name, err)
+	}
+	if len(entries) == 0 {
+		return "", nil
+	}
+	b, err := os.ReadFile(filepath.Join(dir, entries[len(entries)-1].Name()))
+	if err != nil {
+		return "", err
+	}
+	// Each line: time, stream, tag (F full, P partial), then the text.
+	var out strings.Builder
+	for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		if f := strings.SplitN(line, " ", 4); len(f) == 4 {
+			out.WriteString(f[3])
+			if f[2] == "F" {
+				out.WriteString("\n")
+			}
+		}
+	}
+	return out.String(), nil
 }
