@@ -207,7 +207,12 @@ func (c *Cluster) startRealNode(ctx context.Context, p *pki, node string) error 
 // binary, and returns its pid.
 func (c *Cluster) waitExec(name string) (int, bool) {
 	for range 250 {
-		if pid, ok := c.pid(name); ok {
+		b, err := os.ReadFile(c.pidFile(name))
+		if err != nil {
+			return 0, false
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if pid, ok := c.pid(name); ok && len(lines) > 1 && runs(pid, lines[1]) {
 			return pid, true
 		}
 		time.Sleep(20 * time.Millisecond)

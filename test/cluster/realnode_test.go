@@ -137,7 +137,7 @@ func TestRealNodeRunsAPodAndLeavesNothing(t *testing.T) {
 	var sim *corev1.Pod
 	g.Eventually(func(g Gomega) { sim = running("simulated")(g) }).WithTimeout(30 * time.Second).Should(Succeed())
 	g.Expect(sim.Spec.NodeName).To(Equal("kwok-node-1"))
-	g.Eventually(func() (string, error) { return c.ContainerLog("real-node-1", pod, "sh") }).WithTimeout(30*time.Second).
+	g.Eventually(func() (string, error) { return c.ContainerLog("real-node-1", pod, "sh") }).WithTimeout(30 * time.Second).
 		Should(And(ContainSubstring("uid=65532\n"), ContainSubstring(`greeting="from-the-api"`)))
 	g.Eventually(func(g Gomega) {
 		lease, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, "real-node-1", metav1.GetOptions{})
