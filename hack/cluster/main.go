@@ -117,13 +117,23 @@ func up(ctx context.Context, c *cluster.Cluster) error {
 		fmt.Printf("==> Starting the local cluster in %s: etcd, kube-apiserver, kube-controller-manager, kube-scheduler,\n", c.Dir)
 		fmt.Printf("    and kwok simulating %d nodes (%s) and their pods.\n", len(c.Nodes), strings.Join(c.Nodes, ", "))
 	}
+	if len(c.RealNodes) > 0 {
+		fmt.Printf("    Real nodes: %s, a containerd and a kubelet of this machine each, their state and mounts under %s/nodes;\n",
+			strings.Join(c.RealNodes, ", "), c.Dir)
+		fmt.Printf("    their pods run as real containers, in the machine's network (docs/cluster.md).\n")
+	}
 	start := time.Now()
 	if _, err := c.Up(ctx); err != nil {
 		return err
 	}
 	fmt.Printf("==> The local cluster is up (%.1fs); a node is marked lost %s after its last heartbeat.\n",
 		time.Since(start).Seconds(), c.NodeMonitorGracePeriod)
-	fmt.Printf("    %s\n", cluster.NoContainers)
+	if len(c.RealNodes) > 0 {
+		fmt.Printf("    A pod runs on a real node when it selects the label %s=real and tolerates the taint %s;\n", cluster.RealNodeLabel, cluster.RealNodeTaint)
+		fmt.Printf("    the others run on kwok's simulated nodes, where no container runs.\n")
+	} else {
+		fmt.Printf("    %s\n", cluster.NoContainers)
+	}
 	fmt.Printf("    Stop it with: make cluster-down\n")
 	fmt.Printf("export KUBECONFIG=%s\n", c.Kubeconfig)
 	return nil

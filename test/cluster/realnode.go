@@ -269,14 +269,13 @@ func (c *Cluster) privateMounts(enter []string, dir string) error {
 	return nil
 }
 
-// cgroupControllers are the machine's cgroup v1 hierarchies.
+// cgroupControllers are the machine's cgroup hierarchies: the v1
+// controllers', and the unified (v2) one of a hybrid layout, where runc
+// makes the containers' cgroups too.
 func cgroupControllers() []string {
 	entries, _ := os.ReadDir("/sys/fs/cgroup")
 	var out []string
 	for _, e := range entries {
-		if e.Name() == "unified" {
-			continue
-		}
 		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", e.Name(), "cgroup.procs")); err == nil {
 			out = append(out, filepath.Join("/sys/fs/cgroup", e.Name()))
 		}
