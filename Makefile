@@ -102,9 +102,10 @@ helm-lint: $(HELM) ## Lint the Helm chart with its defaults and with every optio
 # then the short chaos run, the etcd restore test and the end-to-end tests on
 # a local cluster. make test-unit runs the unit tests alone.
 .PHONY: test
-test: cluster-tools $(HELM) $(KWOK) $(VERSITYGW) verify vet lint ## Run every test: unit, integration, chaos, restore, end-to-end.
+test: cluster-tools $(HELM) $(KWOK) $(VERSITYGW) postgres kubelet images verify vet lint ## Run every test: unit, integration, chaos, restore, end-to-end.
 	go test $(GO_TEST_FLAGS) ./...
 	cd hack/rulecheck && FENCEDLEASE_HELM=$(HELM) go test $(GO_TEST_FLAGS) ./...
+	cd hack/tools/images && go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) --no-print-directory chaos
 	$(MAKE) --no-print-directory test-restore
 	$(MAKE) --no-print-directory test-e2e
@@ -213,6 +214,12 @@ export FENCEDLEASE_KUBELET := $(KUBELET)
 IMAGES_DIR ?= $(CURDIR)/bin/images
 export FENCEDLEASE_IMAGES := $(IMAGES_DIR)
 
+# make postgres: PostgreSQL's server (Debian's package), which the fenced-SQL
+# tests and the demo run, installed as root when missing.
+.PHONY: postgres
+postgres:
+	@hack/postgres.sh
+
 # make node-packages: the Debian packages the real nodes run (containerd,
 # runc, the CNI plugins, a static busybox), installed as root when missing.
 .PHONY: node-packages
@@ -269,7 +276,7 @@ cluster-status: cluster-command ## List the local cluster's processes and nodes.
 # from the chart, a 3-replica Deployment, a deleted holder, a failed node, a
 # rolling update; the cluster stays up.
 .PHONY: demo
-demo: cluster-tools $(KWOK) $(HELM) build ## Show the operator at work on the local cluster.
+demo: cluster-tools $(KWOK) $(HELM) postgres build ## Show the operator at work on the local cluster.
 	$(call go-build,./hack/demo,bin/demo-command)
 	@bin/demo-command --cluster-dir $(CLUSTER_DIR) --k8s-bin $(K8S_BIN) --kwok $(KWOK) --helm $(HELM) --manager $(CURDIR)/bin/manager
 
