@@ -233,12 +233,13 @@ kubelet:
 	@test -x $(KUBELET) || hack/tools.sh kubelet >/dev/null
 
 # make images: the operator's image (the Dockerfile's contents, user and
-# entrypoint), the pause image and the workload image (fence and busybox), as
+# entrypoint), the example fenced controller's, the pause image and the
+# workload image (fence and busybox), as
 # image tarballs in IMAGES_DIR, built with go-containerregistry: no Docker
 # engine, no registry.
 .PHONY: images
 images: node-packages ## Build the container images as tarballs (no Docker) into bin/images.
-	@echo "==> Building the images (operator, pause, workload) into $(IMAGES_DIR)."
+	@echo "==> Building the images (operator, fenced-controller, pause, workload) into $(IMAGES_DIR)."
 	@cd hack/tools/images && go run . -repo $(CURDIR) -out $(IMAGES_DIR) >/dev/null
 
 # go-build builds the Go command $(1) into $(2). Its first build compiles

@@ -485,7 +485,7 @@ func (c *Cluster) stopRealNode(node string) error {
 
 // Images are the names of the image tarballs (hack/tools/images) that the
 // real nodes import.
-var Images = []string{"pause", "workload", "operator"}
+var Images = []string{"pause", "workload", "operator", "fenced-controller"}
 
 // ImageTarballs are the tarballs of Images in dir.
 func ImageTarballs(dir string) []string {

@@ -63,6 +63,14 @@ func Definitions() []Definition {
 			User: "65532:65532", Entrypoint: []string{"/manager"},
 		},
 		{
+			// The example fenced controller, under the name its manifest
+			// (examples/fenced-controller/config/deploy) gives it.
+			Name: "fenced-controller", Ref: "example.com/widget-controller:dev",
+			Binaries:   []Binary{{Package: "./examples/fenced-controller", Path: "/fenced-controller"}},
+			User:       "65532:65532",
+			Entrypoint: []string{"/fenced-controller"},
+		},
+		{
 			Name: "pause", Ref: "fencedlease.local/pause:dev",
 			Binaries:   []Binary{{Package: "./pause", Dir: "hack/tools/images", Path: "/pause"}},
 			User:       "65535:65535",

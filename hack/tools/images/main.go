@@ -1,7 +1,8 @@
 // Command images builds the local cluster's container images as OCI image
 // tarballs, without a Docker engine or a registry: the operator's (the
-// Dockerfile's contents, user and entrypoint), the sandbox's pause image,
-// and the workload image (fence and a static busybox shell). The real
+// Dockerfile's contents, user and entrypoint), the example fenced
+// controller's, the sandbox's pause image, and the workload image (fence
+// and a static busybox shell). The real
 // nodes' containerd imports them (ctr images import).
 //
 //	go run . -repo ../../.. -out DIR [image...]
