@@ -102,9 +102,10 @@ helm-lint: $(HELM) ## Lint the Helm chart with its defaults and with every optio
 # then the short chaos run, the etcd restore test and the end-to-end tests on
 # a local cluster. make test-unit runs the unit tests alone.
 .PHONY: test
-test: cluster-tools $(HELM) $(KWOK) $(VERSITYGW) verify vet lint ## Run every test: unit, integration, chaos, restore, end-to-end.
+test: cluster-tools $(HELM) $(KWOK) $(VERSITYGW) postgres kubelet images verify vet lint ## Run every test: unit, integration, chaos, restore, end-to-end.
 	go test $(GO_TEST_FLAGS) ./...
 	cd hack/rulecheck && FENCEDLEASE_HELM=$(HELM) go test $(GO_TEST_FLAGS) ./...
+	cd hack/tools/images && go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) --no-print-directory chaos
 	$(MAKE) --no-print-directory test-restore
 	$(MAKE) --no-print-directory test-e2e
@@ -201,7 +202,45 @@ chaos: control-plane ## Run the chaos test: seeded faults, every write checked (
 ##@ Run
 
 CLUSTER_DIR ?= $(CURDIR)/bin/cluster
-CLUSTER_FLAGS = --dir $(CLUSTER_DIR) --k8s-bin $(K8S_BIN) --kwok $(KWOK)
+CLUSTER_COMMAND ?= bin/cluster-command
+CLUSTER_FLAGS = --dir $(CLUSTER_DIR) --k8s-bin $(K8S_BIN) --kwok $(KWOK) --kubelet $(KUBELET) --images $(IMAGES_DIR)
+# The real nodes of make cluster (a containerd and a kubelet each, beside
+# kwok's simulated nodes); REAL_NODES=0 for none.
+REAL_NODES ?= 1
+KUBELET := $(K8S_BIN)/kubelet
+export FENCEDLEASE_KUBELET := $(KUBELET)
+# The image tarballs of hack/tools/images (make images), which the real
+# nodes' containerd imports.
+IMAGES_DIR ?= $(CURDIR)/bin/images
+export FENCEDLEASE_IMAGES := $(IMAGES_DIR)
+
+# make postgres: PostgreSQL's server (Debian's package), which the fenced-SQL
+# tests and the demo run, installed as root when missing.
+.PHONY: postgres
+postgres:
+	@hack/postgres.sh
+
+# make node-packages: the Debian packages the real nodes run (containerd,
+# runc, the CNI plugins, a static busybox), installed as root when missing.
+.PHONY: node-packages
+node-packages:
+	@hack/node-packages.sh
+
+# make kubelet: the real nodes' kubelet, built from the tools module like the
+# control plane (minutes the first time) and cached in bin/k8s/<version>/.
+.PHONY: kubelet
+kubelet:
+	@test -x $(KUBELET) || hack/tools.sh kubelet >/dev/null
+
+# make images: the operator's image (the Dockerfile's contents, user and
+# entrypoint), the example fenced controller's, the pause image and the
+# workload image (fence and busybox), as
+# image tarballs in IMAGES_DIR, built with go-containerregistry: no Docker
+# engine, no registry.
+.PHONY: images
+images: node-packages ## Build the container images as tarballs (no Docker) into bin/images.
+	@echo "==> Building the images (operator, fenced-controller, pause, workload) into $(IMAGES_DIR)."
+	@cd hack/tools/images && go run . -repo $(CURDIR) -out $(IMAGES_DIR) >/dev/null
 
 # go-build builds the Go command $(1) into $(2). Its first build compiles
 # client-go, controller-runtime and the rest: several minutes on 2 cores with
@@ -215,29 +254,30 @@ endef
 # own, so it is built rather than run with go run (whose binary goes away).
 .PHONY: cluster-command
 cluster-command:
-	$(call go-build,./hack/cluster,bin/cluster-command)
+	$(call go-build,./hack/cluster,$(CLUSTER_COMMAND))
 
 # make cluster (docs/cluster.md): etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kwok with 4 simulated nodes; HA=1:
+# kube-controller-manager, kube-scheduler, kwok with 4 simulated nodes, and
+# REAL_NODES real nodes (containerd and a kubelet, as root); HA=1:
 # three etcd members and two kube-apiservers behind a TCP balancer. Prints
 # the KUBECONFIG. Harmless when it runs already.
 .PHONY: cluster
-cluster: cluster-tools $(KWOK) cluster-command ## Start the local cluster and print its KUBECONFIG.
-	@bin/cluster-command $(CLUSTER_FLAGS) $(if $(HA),--ha) up
+cluster: cluster-tools $(KWOK) node-packages kubelet images cluster-command ## Start the local cluster and print its KUBECONFIG.
+	@$(CLUSTER_COMMAND) $(CLUSTER_FLAGS) --real-nodes $(REAL_NODES) $(if $(HA),--ha) up
 
 .PHONY: cluster-down
 cluster-down: cluster-command ## Stop the local cluster and the demos' processes.
-	@bin/cluster-command $(CLUSTER_FLAGS) down
+	@$(CLUSTER_COMMAND) $(CLUSTER_FLAGS) down
 
 .PHONY: cluster-status
 cluster-status: cluster-command ## List the local cluster's processes and nodes.
-	@bin/cluster-command $(CLUSTER_FLAGS) status
+	@$(CLUSTER_COMMAND) $(CLUSTER_FLAGS) status
 
 # make demo: on the local cluster (started if needed), the operator installed
 # from the chart, a 3-replica Deployment, a deleted holder, a failed node, a
 # rolling update; the cluster stays up.
 .PHONY: demo
-demo: cluster-tools $(KWOK) $(HELM) build ## Show the operator at work on the local cluster.
+demo: cluster-tools $(KWOK) $(HELM) postgres build ## Show the operator at work on the local cluster.
 	$(call go-build,./hack/demo,bin/demo-command)
 	@bin/demo-command --cluster-dir $(CLUSTER_DIR) --k8s-bin $(K8S_BIN) --kwok $(KWOK) --helm $(HELM) --manager $(CURDIR)/bin/manager
 

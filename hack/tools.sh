@@ -5,6 +5,7 @@
 #   hack/tools.sh kubectl         kubectl alone (make verify's kustomize) -> bin/k8s/<version>/
 #   hack/tools.sh control-plane   kube-apiserver, etcd, etcdctl, etcdutl, kubectl   -> bin/k8s/<version>/
 #   hack/tools.sh cluster         + kube-controller-manager, kube-scheduler
+#   hack/tools.sh kubelet         the real nodes' kubelet -> bin/k8s/<version>/
 #   hack/tools.sh kwok            -> bin/tools/kwok-<version> (simulated nodes and pods)
 #   hack/tools.sh controller-gen  -> bin/tools/controller-gen-<version>
 #   hack/tools.sh golangci-lint   -> bin/tools/golangci-lint-<version>
@@ -33,7 +34,13 @@ build_k8s() {
 	say "Building ${missing[*]##*/} v$K8S_VERSION from the Go module proxy."
 	say "The first build takes several minutes (about 5 on 2 cores); later ones reuse bin/ and the Go build cache."
 	mkdir -p "$k8s_dir"
-	(cd "$root/hack/tools/k8s" && go build -o "$k8s_dir/" "${missing[@]}")
+	# Built aside and moved into place, so that a build cut short leaves
+	# no binary that looks complete.
+	local tmp
+	tmp=$(mktemp -d "$k8s_dir/.build.XXXXXX")
+	(cd "$root/hack/tools/k8s" && go build -o "$tmp/" "${missing[@]}")
+	mv "$tmp"/* "$k8s_dir/"
+	rmdir "$tmp"
 }
 
 # build_etcd builds etcd and its tools from one module (hack/tools/etcd), so
@@ -102,6 +109,10 @@ cluster)
 	build_k8s kube-apiserver kubectl kube-controller-manager kube-scheduler
 	echo "$k8s_dir"
 	;;
+kubelet)
+	build_k8s kubelet
+	echo "$k8s_dir/kubelet"
+	;;
 controller-gen)
 	go_install controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "$CONTROLLER_GEN_VERSION"
 	echo "$tools_dir/controller-gen-$CONTROLLER_GEN_VERSION"
@@ -123,7 +134,7 @@ helm)
 	echo "$tools_dir/helm-$HELM_VERSION"
 	;;
 *)
-	echo "usage: $0 kubectl|control-plane|cluster|kwok|controller-gen|golangci-lint|helm|versitygw" >&2
+	echo "usage: $0 kubectl|control-plane|cluster|kubelet|kwok|controller-gen|golangci-lint|helm|versitygw" >&2
 	exit 2
 	;;
 esac

@@ -24,6 +24,9 @@ func main() {
 	flag.StringVar(&cfg.Dir, "dir", "bin/cluster", "State directory of the cluster.")
 	flag.StringVar(&cfg.K8sBin, "k8s-bin", "", "Directory of etcd, kube-apiserver, kube-controller-manager and kube-scheduler (default bin/k8s/<K8S_VERSION of hack/versions.env>).")
 	flag.StringVar(&cfg.Kwok, "kwok", "", "The kwok binary (default bin/tools/kwok-<KWOK_VERSION of hack/versions.env>).")
+	realNodes := flag.Int("real-nodes", 1, "How many real nodes (a containerd and a kubelet each) run beside kwok's.")
+	flag.StringVar(&cfg.Kubelet, "kubelet", "", "The real nodes' kubelet (default bin/k8s/<K8S_VERSION>/kubelet, or $FENCEDLEASE_KUBELET).")
+	imagesDir := flag.String("images", "", "Directory of the image tarballs imported into the real nodes (default bin/images, or $FENCEDLEASE_IMAGES).")
 	flag.BoolVar(&cfg.HA, "ha", false, "Start an HA control plane: three etcd members and two API servers behind a TCP balancer.")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: %s [flags] up|down|status\n       %s balance --listen ADDR BACKEND...\n", os.Args[0], os.Args[0])
@@ -49,6 +52,18 @@ func main() {
 	if cfg.Kwok == "" {
 		cfg.Kwok = harness.Tool("kwok")
 	}
+	if cfg.Kubelet == "" {
+		cfg.Kubelet = harness.Kubelet()
+	}
+	if *imagesDir == "" {
+		*imagesDir = harness.ImagesDir()
+	}
+	for i := range *realNodes {
+		cfg.RealNodes = append(cfg.RealNodes, fmt.Sprintf("real-node-%d", i+1))
+	}
+	if *realNodes > 0 {
+		cfg.Images = cluster.ImageTarballs(*imagesDir)
+	}
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cluster:", err)
@@ -62,7 +77,7 @@ func main() {
 }
 
 func run(ctx context.Context, cmd string, cfg cluster.Config) error {
-	for _, p := range []*string{&cfg.K8sBin, &cfg.Kwok} {
+	for _, p := range []*string{&cfg.K8sBin, &cfg.Kwok, &cfg.Kubelet} {
 		abs, err := filepath.Abs(*p)
 		if err != nil {
 			return err
@@ -102,13 +117,23 @@ func up(ctx context.Context, c *cluster.Cluster) error {
 		fmt.Printf("==> Starting the local cluster in %s: etcd, kube-apiserver, kube-controller-manager, kube-scheduler,\n", c.Dir)
 		fmt.Printf("    and kwok simulating %d nodes (%s) and their pods.\n", len(c.Nodes), strings.Join(c.Nodes, ", "))
 	}
+	if len(c.RealNodes) > 0 {
+		fmt.Printf("    Real nodes: %s, a containerd and a kubelet of this machine each, their state and mounts under %s/nodes;\n",
+			strings.Join(c.RealNodes, ", "), c.Dir)
+		fmt.Printf("    their pods run as real containers, in the machine's network (docs/cluster.md).\n")
+	}
 	start := time.Now()
 	if _, err := c.Up(ctx); err != nil {
 		return err
 	}
 	fmt.Printf("==> The local cluster is up (%.1fs); a node is marked lost %s after its last heartbeat.\n",
 		time.Since(start).Seconds(), c.NodeMonitorGracePeriod)
-	fmt.Printf("    %s\n", cluster.NoContainers)
+	if len(c.RealNodes) > 0 {
+		fmt.Printf("    A pod runs on a real node when it selects the label %s=real and tolerates the taint %s;\n", cluster.RealNodeLabel, cluster.RealNodeTaint)
+		fmt.Printf("    the others run on kwok's simulated nodes, where no container runs.\n")
+	} else {
+		fmt.Printf("    %s\n", cluster.NoContainers)
+	}
 	fmt.Printf("    Stop it with: make cluster-down\n")
 	fmt.Printf("export KUBECONFIG=%s\n", c.Kubeconfig)
 	return nil

@@ -54,6 +54,9 @@ func (c *Cluster) components() []string {
 	}
 	if !c.ControlPlaneOnly {
 		out = append(out, controllerManager, scheduler, kwok)
+		for _, node := range c.RealNodes {
+			out = append(out, realNodeProcesses(node)...)
+		}
 	}
 	return out
 }
@@ -98,6 +101,16 @@ type Config struct {
 	// cluster as a process (hack/cluster, whose "balance" command does);
 	// an attached cluster balances in the test's process.
 	BalancerBin string
+	// RealNodes are the names of the real nodes: a containerd and a
+	// kubelet of this machine each (realnode.go), beside kwok's. None when
+	// empty.
+	RealNodes []string
+	// Kubelet is the kubelet binary of the real nodes (hack/tools.sh
+	// kubelet).
+	Kubelet string
+	// Images are the image tarballs imported into every real node's
+	// containerd; PauseImage must be among them.
+	Images []string
 	// ControlPlaneOnly starts etcd and the API servers alone: no
 	// controller manager, scheduler, kwok or nodes, for tests that play
 	// the kubelet themselves (test/testenv), as envtest does.
@@ -232,7 +245,10 @@ func (c *Cluster) up(ctx context.Context) error {
 			return err
 		}
 	}
-	return c.addNodes(ctx)
+	if err := c.addNodes(ctx); err != nil {
+		return err
+	}
+	return c.startRealNodes(ctx, p)
 }
 
 func (c *Cluster) checkBinaries() error {
@@ -245,6 +261,10 @@ func (c *Cluster) checkBinaries() error {
 	}
 	if !c.ControlPlaneOnly {
 		bins = append(bins, filepath.Join(c.K8sBin, controllerManager), filepath.Join(c.K8sBin, scheduler), c.Kwok)
+		if len(c.RealNodes) > 0 {
+			bins = append(bins, c.Kubelet)
+			bins = append(bins, c.Images...)
+		}
 	}
 	for _, bin := range bins {
 		if _, err := os.Stat(bin); err != nil {
@@ -342,7 +362,8 @@ func (c *Cluster) LogFile(name string) string { return c.logFile(name) }
 // processes first, and removes etcd's data. It is harmless when nothing
 // runs.
 func (c *Cluster) Down() error {
-	var errs []error
+	// The real nodes first, with their pods' processes.
+	errs := []error{c.stopRealNodes()}
 	for _, name := range c.programs() {
 		errs = append(errs, c.stop(name, 10*time.Second))
 	}

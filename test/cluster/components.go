@@ -81,7 +81,8 @@ func (c *Cluster) kwokProcess(stagesFile string) process {
 	return process{name: kwok, bin: c.Kwok, args: []string{
 		"--kubeconfig=" + c.componentKubeconfig(kwok),
 		"--config=" + stagesFile,
-		"--manage-all-nodes=true",
+		// kwok plays the simulated nodes alone, never the real ones.
+		"--manage-nodes-with-label-selector=type=kwok",
 		fmt.Sprintf("--node-lease-duration-seconds=%d", nodeLeaseSeconds),
 		"--cidr=10.244.0.0/16",
 	}}

@@ -23,6 +23,9 @@ type process struct {
 	bin  string
 	args []string
 	env  []string
+	// wrap, when set, runs bin through another program that ends by
+	// executing it (unshare, nsenter): the pid file still names bin.
+	wrap []string
 }
 
 func (c *Cluster) pidFile(name string) string { return filepath.Join(c.Dir, "run", name+".pid") }
@@ -52,6 +55,9 @@ func (c *Cluster) start(p process) error {
 	defer log.Close()
 	fmt.Fprintf(log, "\n==> %s %s %s\n", time.Now().Format(time.RFC3339), p.bin, strings.Join(p.args, " "))
 	cmd := exec.Command(p.bin, p.args...)
+	if len(p.wrap) > 0 {
+		cmd = exec.Command(p.wrap[0], slices.Concat(p.wrap[1:], []string{p.bin}, p.args)...)
+	}
 	cmd.Dir = c.Dir
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stdout, cmd.Stderr = log, log
@@ -69,7 +75,19 @@ func (c *Cluster) start(p process) error {
 	if resolved, err := filepath.EvalSymlinks(bin); err == nil {
 		bin = resolved
 	}
-	if err := os.WriteFile(c.pidFile(p.name), []byte(fmt.Sprintf("%d\n%s\n", pid, bin)), 0o600); err != nil {
+	content := fmt.Sprintf("%d\n%s\n", pid, bin)
+	if len(p.wrap) > 0 {
+		// Until the wrapper has executed bin, the process runs the
+		// wrapper: a third line names it, so that stop finds it then too.
+		w, err := exec.LookPath(p.wrap[0])
+		if err == nil {
+			w, err = filepath.EvalSymlinks(w)
+		}
+		if err == nil {
+			content += w + "\n"
+		}
+	}
+	if err := os.WriteFile(c.pidFile(p.name), []byte(content), 0o600); err != nil {
 		_ = cmd.Process.Kill()
 		return err
 	}
@@ -110,12 +128,15 @@ func (c *Cluster) pid(name string) (int, bool) {
 		return 0, false
 	}
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) != 2 {
+	if len(lines) != 2 && len(lines) != 3 {
 		return 0, false
 	}
 	pid, err := strconv.Atoi(lines[0])
 	if err != nil {
 		return 0, false
+	}
+	if len(lines) == 3 && runs(pid, lines[2]) {
+		return pid, true
 	}
 	return pid, runs(pid, lines[1])
 }

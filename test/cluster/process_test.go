@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 )
@@ -49,4 +50,25 @@ func TestDownStopsProgramsPausedOrLinked(t *testing.T) {
 	entries, err := os.ReadDir(filepath.Join(dir, "run"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(entries).To(BeEmpty(), "no pid file is left")
+}
+
+// TestStopFindsAWrappedProcessBeforeItExecutes: a process started through
+// a wrapper (as a real node's are, through unshare and nsenter) and stopped
+// before the wrapper has executed its binary is stopped all the same: it
+// leaves no process. Stop used to find the pid running the wrapper, not the
+// binary, take it for gone, and leave it to execute and run on.
+func TestStopFindsAWrappedProcessBeforeItExecutes(t *testing.T) {
+	g := NewWithT(t)
+	sleep, err := exec.LookPath("sleep")
+	g.Expect(err).NotTo(HaveOccurred())
+	c, err := New(Config{Dir: t.TempDir()})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.start(process{name: "wrapped", bin: sleep, args: []string{"60"},
+		wrap: []string{"sh", "-c", `sleep 1; exec "$0" "$@"`}})).To(Succeed())
+	pid, ok := c.pid("wrapped")
+	g.Expect(ok).To(BeTrue(), "the wrapped process runs while its wrapper does")
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	g.Expect(c.stop("wrapped", 5*time.Second)).To(Succeed())
+	time.Sleep(1500 * time.Millisecond)
+	g.Expect(gone(pid)).To(BeTrue(), "the wrapped process is gone")
 }

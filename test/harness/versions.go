@@ -78,3 +78,21 @@ func Tool(name string) string {
 	key := strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + "_VERSION"
 	return filepath.Join(RepoRoot(), "bin", "tools", name+"-"+Version(key))
 }
+
+// Kubelet is the real nodes' kubelet: $FENCEDLEASE_KUBELET, else
+// bin/k8s/<K8S_VERSION>/kubelet (hack/tools.sh kubelet).
+func Kubelet() string {
+	if k := os.Getenv("FENCEDLEASE_KUBELET"); k != "" {
+		return k
+	}
+	return filepath.Join(ControlPlaneDir(), "kubelet")
+}
+
+// ImagesDir holds the image tarballs of hack/tools/images (make images):
+// $FENCEDLEASE_IMAGES, else bin/images.
+func ImagesDir() string {
+	if d := os.Getenv("FENCEDLEASE_IMAGES"); d != "" {
+		return d
+	}
+	return filepath.Join(RepoRoot(), "bin", "images")
+}
