@@ -65,7 +65,10 @@ func (u *Unknown) check(ctx context.Context) {
 	log := ctrl.LoggerFrom(ctx).WithName("fencing-resources")
 	unknown := map[Resource]bool{}
 	for _, r := range u.Resources.Listed(ctx) {
-		if r.Group == "*" || r.Resource == "*" {
+		// A subresource (R/*, R/status) is served when its resource is:
+		// each resource is checked, and reported, once.
+		r.SubResource = ""
+		if r.Group == "*" || r.Resource == "*" || unknown[r] {
 			continue
 		}
 		if _, err := u.Mapper.KindsFor(schema.GroupVersionResource{Group: r.Group, Resource: r.Resource}); err == nil {

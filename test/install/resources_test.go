@@ -9,6 +9,8 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/fencedlease/fencedlease/internal/coverage"
 )
 
 // fencingWebhooks returns the webhooks of the fencing configuration.
@@ -23,8 +25,8 @@ func fencingWebhooks(t *testing.T, objs []*unstructured.Unstructured) []admissio
 	return nil
 }
 
-// checkProtectsDeployments: the fencing webhook lists Deployments with its
-// objectSelector, their scale in a second webhook without one, and the
+// checkProtectsDeployments: the fencing webhook lists Deployments and all
+// their subresources with its objectSelector, their scale in a second webhook without one, and the
 // operator may get Deployments (to read a scaled one's label).
 func checkProtectsDeployments(t *testing.T, objs []*unstructured.Unstructured, rules []rbacv1.PolicyRule) {
 	g := NewWithT(t)
@@ -36,7 +38,8 @@ func checkProtectsDeployments(t *testing.T, objs []*unstructured.Unstructured, r
 	for _, r := range hooks[0].Rules {
 		resources = append(resources, r.Resources...)
 	}
-	g.Expect(resources).To(ContainElements("configmaps", "secrets", "deployments"))
+	g.Expect(resources).To(ContainElements("configmaps", "configmaps/*", "secrets", "secrets/*", "deployments", "deployments/*"),
+		"each resource with all its subresources")
 	g.Expect(hooks[1].Name).To(Equal("protected-scale.fencedlease.io"))
 	g.Expect(hooks[1].ObjectSelector).To(BeNil(), "a Scale carries no labels to select on")
 	g.Expect(hooks[1].Rules).To(HaveLen(1))
@@ -54,13 +57,13 @@ func TestChartProtectedResources(t *testing.T) {
 	objs := decode(t, renderChart(t, defaultRelease, "fencedlease-system", "-f", repoPath("test", "install", "testdata", "protected-resources.yaml")))
 	role := into[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "fencedlease-manager-role"))
 	checkProtectsDeployments(t, objs, role.Rules)
-	var status []string
-	for _, r := range fencingWebhooks(t, objs)[0].Rules {
-		if len(r.APIGroups) == 1 && r.APIGroups[0] == "examples.fencedlease.io" {
-			status = r.Resources
-		}
-	}
-	NewWithT(t).Expect(status).To(Equal([]string{"widgets", "widgets/status"}), "a status subresource goes with its object's selector")
+	// The rules are derived as coverage.Rules derives them: each resource
+	// and R/*, whatever subresource an entry names.
+	NewWithT(t).Expect(fencingWebhooks(t, objs)[0].Rules).To(Equal(coverage.Rules([]coverage.Entry{
+		{Group: "", Resources: []string{"configmaps", "secrets"}},
+		{Group: "apps", Resources: []string{"deployments", "deployments/scale"}},
+		{Group: "examples.fencedlease.io", Resources: []string{"widgets", "widgets/status"}},
+	})), "every subresource goes with its object's selector")
 
 	// The defaults: ConfigMaps and Secrets, one webhook.
 	hooks := fencingWebhooks(t, decode(t, renderChart(t, defaultRelease, "fencedlease-system")))
