@@ -83,3 +83,24 @@ func TestKustomizeProtectsDeployments(t *testing.T) {
 	NewWithT(t).Expect(binding.Subjects[0].Name).To(Equal("fencedlease-controller-manager"))
 	checkProtectsDeployments(t, objs, role.Rules)
 }
+
+// TestChartRefusesUnhonourableResources (issue 43, finding 6): what the
+// fencing webhook cannot protect fails the render with a message that
+// names it: pods and leases (never sent to it), common cluster-scoped
+// built-ins, and wildcards.
+func TestChartRefusesUnhonourableResources(t *testing.T) {
+	for _, tc := range []struct{ group, resource, want string }{
+		{"", "pods", `webhooks.protectedResources: pods (apiGroup "") cannot be protected: it is never sent to the fencing webhook`},
+		{"coordination.k8s.io", "leases/status", `webhooks.protectedResources: leases (apiGroup "coordination.k8s.io") cannot be protected: it is never sent to the fencing webhook`},
+		{"", "namespaces", `webhooks.protectedResources: namespaces (apiGroup "") cannot be protected: it is cluster-scoped`},
+		{"rbac.authorization.k8s.io", "clusterroles", `webhooks.protectedResources: clusterroles (apiGroup "rbac.authorization.k8s.io") cannot be protected: it is cluster-scoped`},
+		{"*", "configmaps", `at '/webhooks/protectedResources/0/apiGroup': '*' does not match pattern`},
+		{"apps", "*", `at '/webhooks/protectedResources/0/resources/0': '*' does not match pattern`},
+	} {
+		t.Run(tc.group+"/"+tc.resource, func(t *testing.T) {
+			_, err := helm(t, "template", defaultRelease, chartDir, "--namespace", defaultNamespace,
+				"--set", "webhooks.protectedResources[0].apiGroup="+tc.group+",webhooks.protectedResources[0].resources[0]="+tc.resource)
+			NewWithT(t).Expect(err).To(MatchError(ContainSubstring(tc.want)))
+		})
+	}
+}
