@@ -115,3 +115,25 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestRules: each resource listed gets a rule for itself and for all its
+// subresources; a listed subresource means its resource, once.
+func TestRules(t *testing.T) {
+	g := NewWithT(t)
+	rules := Rules([]Entry{
+		{Group: "apps", Resources: []string{"deployments", "deployments/scale", "statefulsets/status"}},
+		{Group: "examples.fencedlease.io", Resources: []string{"widgets/status"}},
+		{Group: "empty"},
+	})
+	g.Expect(rules).To(HaveLen(2))
+	g.Expect(rules[0].APIGroups).To(Equal([]string{"apps"}))
+	g.Expect(rules[0].Resources).To(Equal([]string{"deployments", "deployments/*", "statefulsets", "statefulsets/*"}))
+	g.Expect(rules[0].Operations).To(ConsistOf(admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete))
+	g.Expect(*rules[0].Scope).To(Equal(admissionregistrationv1.NamespacedScope))
+	g.Expect(rules[1].Resources).To(Equal([]string{"widgets", "widgets/*"}))
+	// What they list covers every subresource of the resources.
+	listed := Listed(&admissionregistrationv1.ValidatingWebhookConfiguration{Webhooks: []admissionregistrationv1.ValidatingWebhook{{Rules: rules}}})
+	g.Expect(Covers(listed, "apps", "statefulsets", "status")).To(BeTrue())
+	g.Expect(Covers(listed, "apps", "statefulsets", "")).To(BeTrue())
+	g.Expect(Covers(listed, "apps", "replicasets", "status")).To(BeFalse())
+}

@@ -55,15 +55,18 @@ func Precheck(r Request, p Principals) (d Decision, final bool) {
 		}
 		return d, false
 	}
-	if r.SubResource != "" {
-		return precheckSubResource(r, d, m)
-	}
+	// The label rule holds on every path that carries the old and the new
+	// object, a subresource write's included: the API server keeps label
+	// changes on the status writes of most built-in resources.
 	if r.Old != nil && r.New != nil {
 		if _, had := r.Old.Labels[fencingv1alpha1.LabelProtectedBy]; had {
 			if v, has := r.New.Labels[fencingv1alpha1.LabelProtectedBy]; !has || v != name {
 				return deny(d, ReasonLabelChanged, m.labelChanged(v, has)), true
 			}
 		}
+	}
+	if r.SubResource != "" {
+		return precheckSubResource(r, d, m)
 	}
 	newObj := r.New
 	if newObj == nil {
@@ -84,20 +87,31 @@ func Precheck(r Request, p Principals) (d Decision, final bool) {
 	return d, false
 }
 
-// precheckSubResource: a subresource write (status, scale) cannot change
-// the object's metadata, so neither its label nor its fence annotation; it
-// carries its fence, if any, in its field manager. Without one only the
-// holder pod's identity is checked (decideHolder); with one, the fence too,
-// as for a write of the object.
+// precheckSubResource: a subresource write (status, scale) carries its
+// fence in its field manager, and must carry one, like a write of the
+// object: the holder pod's identity alone cannot tell its current grant
+// from an older grant of the same pod, whose process may still act. It may
+// not change the stored fence annotation at all: only a write of the object
+// moves it (the API server keeps annotation changes on the status writes
+// of most built-in resources, so a status write could otherwise raise the
+// stored fence out of the holder's reach, or lower it).
 func precheckSubResource(r Request, d Decision, m messages) (Decision, bool) {
-	i := strings.LastIndex(r.FieldManager, fencingv1alpha1.FieldManagerFence)
-	if i >= 0 {
-		n, err := record.ParseFence(r.FieldManager[i+len(fencingv1alpha1.FieldManagerFence):])
-		if err != nil {
-			return deny(d, ReasonMalformedFence, m.malformedFieldManagerFence(err)), true
+	if r.Old != nil && r.New != nil {
+		was, had := r.Old.Annotations[fencingv1alpha1.AnnotationFence]
+		is, has := r.New.Annotations[fencingv1alpha1.AnnotationFence]
+		if had != has || was != is {
+			return deny(d, ReasonSubresourceMetadata, m.subresourceFenceChanged(was, had, is, has)), true
 		}
-		d.Fence, m.fence = n, n
 	}
+	i := strings.LastIndex(r.FieldManager, fencingv1alpha1.FieldManagerFence)
+	if i < 0 {
+		return deny(d, ReasonMissingFence, m.missingFieldManagerFence()), true
+	}
+	n, err := record.ParseFence(r.FieldManager[i+len(fencingv1alpha1.FieldManagerFence):])
+	if err != nil {
+		return deny(d, ReasonMalformedFence, m.malformedFieldManagerFence(err)), true
+	}
+	d.Fence, m.fence = n, n
 	if !r.Caller.IsPod() {
 		return deny(d, ReasonWriteNotPod, m.writeNotPod()), true
 	}
@@ -123,8 +137,7 @@ func Decide(r Request, lease Lease, p Principals) Decision {
 // decideHolder decides a write or a delete by a pod from the FencedLease.
 func decideHolder(r Request, lease Lease, d Decision) Decision {
 	m := messages{r: r, lease: d.Lease, fence: d.Fence, current: lease.Fence}
-	if r.Operation == Delete || (r.SubResource != "" && d.Fence == 0) {
-		// No fence to check: the holder pod's identity alone.
+	if r.Operation == Delete {
 		return decideDelete(r, lease, d, m)
 	}
 	n := d.Fence
@@ -149,8 +162,7 @@ func decideHolder(r Request, lease Lease, d Decision) Decision {
 	return allow(d, ReasonHolder)
 }
 
-// decideDelete: a DELETE cannot carry a fence (nor does a subresource write
-// without one in its field manager), so only the holder pod may delete a
+// decideDelete: a DELETE cannot carry a fence, so only the holder pod may delete a
 // protected object, and only one last written under a grant the
 // FencedLease has made: a stored fence above the current one was never
 // granted (a restore of the storage, or an annotation written by a
@@ -177,7 +189,7 @@ func decideDelete(r Request, lease Lease, d Decision, m messages) Decision {
 	switch {
 	case stored > lease.Fence:
 		return deny(d, ReasonUnknownFence, m.storedUnknown(stored))
-	case r.Operation == Delete && stored < lease.Fence:
+	case stored < lease.Fence:
 		return deny(d, ReasonDeleteOlderWrite, m.deleteOlderWrite(stored))
 	}
 	return allow(d, ReasonHolder)
@@ -263,6 +275,25 @@ func (m messages) labelChanged(to string, has bool) string {
 func (m messages) missingFence() string {
 	return fmt.Sprintf("%s: no %s annotation: only the holder of FencedLease %q may write this object, with its fence",
 		m.rejected(), fencingv1alpha1.AnnotationFence, m.lease)
+}
+
+// missingFieldManagerFence keeps the words of missingFence ("no
+// fencedlease.io/fence annotation") that pkg/fencedcontroller recognises,
+// and says where a subresource write carries its fence.
+func (m messages) missingFieldManagerFence() string {
+	return fmt.Sprintf("%s: no %s annotation: a %s write cannot carry one on the object: it carries its fence in its field manager (<manager>%s<N>); only the holder of FencedLease %q may write this object, with its fence",
+		m.rejected(), fencingv1alpha1.AnnotationFence, m.r.SubResource, fencingv1alpha1.FieldManagerFence, m.lease)
+}
+
+func (m messages) subresourceFenceChanged(was string, had bool, is string, has bool) string {
+	show := func(v string, ok bool) string {
+		if !ok {
+			return "absent"
+		}
+		return fmt.Sprintf("%q", v)
+	}
+	return fmt.Sprintf("%s: a %s write cannot change annotation %s (from %s to %s): only a write of the object itself moves the stored fence",
+		m.rejected(), m.r.SubResource, fencingv1alpha1.AnnotationFence, show(was, had), show(is, has))
 }
 
 func (m messages) malformedFence(err error) string {

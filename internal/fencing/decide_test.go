@@ -344,12 +344,21 @@ func TestDecideSubResource(t *testing.T) {
 		message    string
 		staleWrite bool
 	}{
-		{name: "holder without a fence", req: status(podA, "41", "widget-controller"), lease: heldA, allowed: true, reason: ReasonHolder},
+		{
+			name: "holder without a fence", req: status(podA, "41", "widget-controller"), lease: heldA, reason: ReasonMissingFence,
+			message: `Widget team-a/w (status): write rejected: no fencedlease.io/fence annotation: a status write cannot carry one on the object: it carries its fence in its field manager (<manager>;fencedlease.io/fence=<N>); only the holder of FencedLease "db" may write this object, with its fence`,
+		},
 		{name: "holder with its fence", req: status(podA, "41", "widget-controller;fencedlease.io/fence=42"), lease: heldA, allowed: true, reason: ReasonHolder},
 		{name: "a field manager that is only the fence", req: status(podA, "42", ";fencedlease.io/fence=42"), lease: heldA, allowed: true, reason: ReasonHolder},
 		{
-			name: "standby without a fence", staleWrite: true, req: status(podB, "42", "widget-controller"), lease: heldA, reason: ReasonNotHolder,
-			message: `Widget team-a/w (status): write rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence 42)`,
+			name: "standby with the current fence", staleWrite: true, req: status(podB, "42", "widget-controller;fencedlease.io/fence=42"), lease: heldA, reason: ReasonNotHolder,
+			message: `Widget team-a/w (status): write with fence 42 rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence 42)`,
+		},
+		{
+			// A process of an older grant of the same pod: by identity the
+			// holder, told apart by its fence alone.
+			name: "the holder pod under an older grant", staleWrite: true, req: status(podA, "41", "widget-controller;fencedlease.io/fence=40"), lease: heldA, reason: ReasonStaleFence,
+			message: `Widget team-a/w (status): write with fence 40 rejected: stale holder: FencedLease "db" is at fence 42`,
 		},
 		{
 			name: "stale holder with its old fence", staleWrite: true, req: status(podA, "41", "widget-controller;fencedlease.io/fence=41"), lease: heldA, reason: ReasonStaleFence,
@@ -365,12 +374,12 @@ func TestDecideSubResource(t *testing.T) {
 			message: `Widget team-a/w (status): write rejected: the fence in the field manager (;fencedlease.io/fence=<N>): invalid fence "042": leading zero`,
 		},
 		{
-			name: "not a pod", req: status(admin, "41", "kubectl"), lease: heldA, reason: ReasonWriteNotPod,
-			message: `Widget team-a/w (status): write rejected: user "admin" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`,
+			name: "not a pod", req: status(admin, "41", "kubectl;fencedlease.io/fence=42"), lease: heldA, reason: ReasonWriteNotPod,
+			message: `Widget team-a/w (status): write with fence 42 rejected: user "admin" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`,
 		},
 		{
-			name: "no holder", req: status(podA, "41", "widget-controller"), lease: noneAt, reason: ReasonNoHolder,
-			message: `Widget team-a/w (status): write rejected: FencedLease "db" has no holder (fence 42)`,
+			name: "no holder", req: status(podA, "41", "widget-controller;fencedlease.io/fence=42"), lease: noneAt, reason: ReasonNoHolder,
+			message: `Widget team-a/w (status): write with fence 42 rejected: FencedLease "db" has no holder (fence 42)`,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -380,6 +389,68 @@ func TestDecideSubResource(t *testing.T) {
 			g.Expect(d.Reason).To(Equal(tc.reason))
 			g.Expect(d.Message).To(Equal(tc.message))
 			g.Expect(d.StaleWrite).To(Equal(tc.staleWrite))
+		})
+	}
+}
+
+// TestDecideSubResourceMetadata: a status write that changes the object's
+// metadata (the API server keeps such changes on most built-in resources'
+// status) is held to the label rule and may not move the stored fence, by
+// whomever, with whatever fence; the operator and a break-glass user may.
+func TestDecideSubResourceMetadata(t *testing.T) {
+	write := func(c Caller, old, new *Object, fieldManager string) Request {
+		return Request{Operation: Update, Kind: "StatefulSet", Namespace: ns, Name: "w", SubResource: "status",
+			Old: old, New: new, Caller: c, FieldManager: fieldManager}
+	}
+	unlabelled := &Object{Annotations: map[string]string{"fencedlease.io/fence": "42"}}
+	for _, tc := range []struct {
+		name    string
+		req     Request
+		allowed bool
+		reason  Reason
+		message string
+	}{
+		{
+			name: "stale holder removes the label", req: write(podA, obj("db", "41"), &Object{Annotations: map[string]string{"fencedlease.io/fence": "41"}}, "m;fencedlease.io/fence=41"),
+			reason:  ReasonLabelChanged,
+			message: `StatefulSet team-a/w (status): write rejected: label fencedlease.io/protected-by=db cannot be removed (only the operator or a break-glass user can)`,
+		},
+		{
+			name: "holder identity without a fence removes the label", req: write(podA, obj("db", "42"), unlabelled, "m"),
+			reason:  ReasonLabelChanged,
+			message: `StatefulSet team-a/w (status): write rejected: label fencedlease.io/protected-by=db cannot be removed (only the operator or a break-glass user can)`,
+		},
+		{
+			name: "the holder changes the label", req: write(podA, obj("db", "42"), obj("other", "42"), "m;fencedlease.io/fence=42"),
+			reason:  ReasonLabelChanged,
+			message: `StatefulSet team-a/w (status): write rejected: label fencedlease.io/protected-by=db cannot be changed to "other" (only the operator or a break-glass user can)`,
+		},
+		{
+			name: "standby sets the fence to the largest int64", req: write(podB, obj("db", "42"), obj("db", "9223372036854775807"), "m"),
+			reason:  ReasonSubresourceMetadata,
+			message: `StatefulSet team-a/w (status): write rejected: a status write cannot change annotation fencedlease.io/fence (from "42" to "9223372036854775807"): only a write of the object itself moves the stored fence`,
+		},
+		{
+			name: "the holder moves the fence with its own", req: write(podA, obj("db", "41"), obj("db", "42"), "m;fencedlease.io/fence=42"),
+			reason:  ReasonSubresourceMetadata,
+			message: `StatefulSet team-a/w (status): write rejected: a status write cannot change annotation fencedlease.io/fence (from "41" to "42"): only a write of the object itself moves the stored fence`,
+		},
+		{
+			name: "the holder removes the fence", req: write(podA, obj("db", "42"), &Object{Labels: map[string]string{"fencedlease.io/protected-by": "db"}}, "m;fencedlease.io/fence=42"),
+			reason:  ReasonSubresourceMetadata,
+			message: `StatefulSet team-a/w (status): write rejected: a status write cannot change annotation fencedlease.io/fence (from "42" to absent): only a write of the object itself moves the stored fence`,
+		},
+		{name: "the holder changes another annotation", allowed: true, reason: ReasonHolder, req: write(podA, obj("db", "42"),
+			&Object{Labels: map[string]string{"fencedlease.io/protected-by": "db"}, Annotations: map[string]string{"fencedlease.io/fence": "42", "note": "x"}}, "m;fencedlease.io/fence=42")},
+		{name: "the operator removes the label", allowed: true, reason: ReasonOperator, req: write(Caller{Username: operator}, obj("db", "42"), unlabelled, "")},
+		{name: "a break-glass user moves the fence", allowed: true, reason: ReasonBreakGlass, req: write(Caller{Username: "alice"}, obj("db", "42"), obj("db", "1"), "")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			d := Decide(tc.req, heldA, principals)
+			g.Expect(d.Allowed).To(Equal(tc.allowed), d.Message)
+			g.Expect(d.Reason).To(Equal(tc.reason))
+			g.Expect(d.Message).To(Equal(tc.message))
 		})
 	}
 }

@@ -29,9 +29,13 @@ const (
 const (
 	// ReasonLabelChanged: the protected-by label would be removed or changed.
 	ReasonLabelChanged Reason = "label_changed"
+	// ReasonSubresourceMetadata: a subresource write would change the
+	// stored fence annotation; only a write of the object moves it.
+	ReasonSubresourceMetadata Reason = "subresource_metadata"
 	// ReasonInvalidLabel: the protected-by label is empty.
 	ReasonInvalidLabel Reason = "invalid_label"
-	// ReasonMissingFence: a write without the fence annotation.
+	// ReasonMissingFence: a write without the fence annotation, or a
+	// subresource write without the fence in its field manager.
 	ReasonMissingFence Reason = "missing_fence"
 	// ReasonMalformedFence: the fence annotation is not a canonical token.
 	ReasonMalformedFence Reason = "malformed_fence"

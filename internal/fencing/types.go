@@ -29,9 +29,10 @@ type Request struct {
 	// Kind, Namespace and Name name the object in messages ("ConfigMap").
 	Kind, Namespace, Name string
 	// SubResource is the subresource written ("status", "scale"); "" for
-	// the object itself. A subresource write cannot change the object's
-	// metadata: Old and New carry the object's, and the write carries its
-	// fence, if any, in its field manager (FieldManager).
+	// the object itself. Old and New carry the object's metadata (for a
+	// status write of most built-in resources the API server keeps changes
+	// of it); the write carries its fence in its field manager
+	// (FieldManager), never in the annotation.
 	SubResource string
 	// FieldManager is the field manager of a subresource write, which ends
 	// with fencingv1alpha1.FieldManagerFence and the fence when it carries

@@ -123,7 +123,7 @@ var webhookRegistrars = []func(ctrl.Manager, *endpoint.Endpoint, WebhookOptions)
 		if err != nil {
 			return err
 		}
-		if err := mgr.Add(&coverage.Unknown{Resources: resources, Mapper: mgr.GetRESTMapper(),
+		if err := mgr.Add(&coverage.Unknown{Resources: resources, Mapper: mgr.GetRESTMapper(), Reader: mgr.GetAPIReader(),
 			Recorder: mgr.GetEventRecorder(Name), Interval: time.Minute}); err != nil {
 			return fmt.Errorf("add the check of the fencing webhook's resources: %w", err)
 		}
@@ -135,9 +135,16 @@ var webhookRegistrars = []func(ctrl.Manager, *endpoint.Endpoint, WebhookOptions)
 // AddWebhooks registers every admission webhook with the manager's webhook
 // server, under the path token, and writes the token into the paths of the
 // webhook configurations before it returns, so that the API server calls
-// them there as soon as the server is up.
+// them there as soon as the server is up. It refuses, before anything, a
+// fencing webhook configuration that lists a resource it cannot protect
+// (coverage.CheckConfiguration).
 func AddWebhooks(ctx context.Context, mgr ctrl.Manager, opts WebhookOptions) error {
 	opts = opts.withDefaults()
+	// A configuration that lists what cannot be protected is refused before
+	// anything is served: better no operator than a promise not kept.
+	if err := coverage.CheckConfiguration(ctx, mgr.GetAPIReader(), mgr.GetRESTMapper(), opts.FencingConfiguration); err != nil {
+		return err
+	}
 	ep, err := WebhookEndpoint(ctx, mgr, opts)
 	if err != nil {
 		return err

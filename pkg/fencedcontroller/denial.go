@@ -32,7 +32,8 @@ func protected(labels map[string]string) bool {
 // retried: every other denial is the answer.
 var (
 	// deniedMissingFence: a write of a protected object without a fence
-	// (reason missing_fence).
+	// (reason missing_fence), a subresource write's included (its message
+	// then goes on to say that the fence goes in the field manager).
 	deniedMissingFence = regexp.MustCompile(`^admission webhook "protected\.fencedlease\.io" denied the request: .*: no fencedlease\.io/fence annotation: `)
 	// deniedStale: a write with an older fence than the FencedLease's
 	// (reason stale_fence); the two fences are its submatches.

@@ -9,6 +9,8 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/fencedlease/fencedlease/internal/coverage"
 )
 
 // fencingWebhooks returns the webhooks of the fencing configuration.
@@ -23,8 +25,8 @@ func fencingWebhooks(t *testing.T, objs []*unstructured.Unstructured) []admissio
 	return nil
 }
 
-// checkProtectsDeployments: the fencing webhook lists Deployments with its
-// objectSelector, their scale in a second webhook without one, and the
+// checkProtectsDeployments: the fencing webhook lists Deployments and all
+// their subresources with its objectSelector, their scale in a second webhook without one, and the
 // operator may get Deployments (to read a scaled one's label).
 func checkProtectsDeployments(t *testing.T, objs []*unstructured.Unstructured, rules []rbacv1.PolicyRule) {
 	g := NewWithT(t)
@@ -36,7 +38,8 @@ func checkProtectsDeployments(t *testing.T, objs []*unstructured.Unstructured, r
 	for _, r := range hooks[0].Rules {
 		resources = append(resources, r.Resources...)
 	}
-	g.Expect(resources).To(ContainElements("configmaps", "secrets", "deployments"))
+	g.Expect(resources).To(ContainElements("configmaps", "configmaps/*", "secrets", "secrets/*", "deployments", "deployments/*"),
+		"each resource with all its subresources")
 	g.Expect(hooks[1].Name).To(Equal("protected-scale.fencedlease.io"))
 	g.Expect(hooks[1].ObjectSelector).To(BeNil(), "a Scale carries no labels to select on")
 	g.Expect(hooks[1].Rules).To(HaveLen(1))
@@ -54,13 +57,13 @@ func TestChartProtectedResources(t *testing.T) {
 	objs := decode(t, renderChart(t, defaultRelease, "fencedlease-system", "-f", repoPath("test", "install", "testdata", "protected-resources.yaml")))
 	role := into[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "fencedlease-manager-role"))
 	checkProtectsDeployments(t, objs, role.Rules)
-	var status []string
-	for _, r := range fencingWebhooks(t, objs)[0].Rules {
-		if len(r.APIGroups) == 1 && r.APIGroups[0] == "examples.fencedlease.io" {
-			status = r.Resources
-		}
-	}
-	NewWithT(t).Expect(status).To(Equal([]string{"widgets", "widgets/status"}), "a status subresource goes with its object's selector")
+	// The rules are derived as coverage.Rules derives them: each resource
+	// and R/*, whatever subresource an entry names.
+	NewWithT(t).Expect(fencingWebhooks(t, objs)[0].Rules).To(Equal(coverage.Rules([]coverage.Entry{
+		{Group: "", Resources: []string{"configmaps", "secrets"}},
+		{Group: "apps", Resources: []string{"deployments", "deployments/scale"}},
+		{Group: "examples.fencedlease.io", Resources: []string{"widgets", "widgets/status"}},
+	})), "every subresource goes with its object's selector")
 
 	// The defaults: ConfigMaps and Secrets, one webhook.
 	hooks := fencingWebhooks(t, decode(t, renderChart(t, defaultRelease, "fencedlease-system")))
@@ -79,4 +82,25 @@ func TestKustomizeProtectsDeployments(t *testing.T) {
 	binding := into[rbacv1.ClusterRoleBinding](t, find(t, objs, "ClusterRoleBinding", "fencedlease-scale-reader"))
 	NewWithT(t).Expect(binding.Subjects[0].Name).To(Equal("fencedlease-controller-manager"))
 	checkProtectsDeployments(t, objs, role.Rules)
+}
+
+// TestChartRefusesUnhonourableResources (issue 43, finding 6): what the
+// fencing webhook cannot protect fails the render with a message that
+// names it: pods and leases (never sent to it), common cluster-scoped
+// built-ins, and wildcards.
+func TestChartRefusesUnhonourableResources(t *testing.T) {
+	for _, tc := range []struct{ group, resource, want string }{
+		{"", "pods", `webhooks.protectedResources: pods (apiGroup "") cannot be protected: it is never sent to the fencing webhook`},
+		{"coordination.k8s.io", "leases/status", `webhooks.protectedResources: leases (apiGroup "coordination.k8s.io") cannot be protected: it is never sent to the fencing webhook`},
+		{"", "namespaces", `webhooks.protectedResources: namespaces (apiGroup "") cannot be protected: it is cluster-scoped`},
+		{"rbac.authorization.k8s.io", "clusterroles", `webhooks.protectedResources: clusterroles (apiGroup "rbac.authorization.k8s.io") cannot be protected: it is cluster-scoped`},
+		{"*", "configmaps", `at '/webhooks/protectedResources/0/apiGroup': '*' does not match pattern`},
+		{"apps", "*", `at '/webhooks/protectedResources/0/resources/0': '*' does not match pattern`},
+	} {
+		t.Run(tc.group+"/"+tc.resource, func(t *testing.T) {
+			_, err := helm(t, "template", defaultRelease, chartDir, "--namespace", defaultNamespace,
+				"--set", "webhooks.protectedResources[0].apiGroup="+tc.group+",webhooks.protectedResources[0].resources[0]="+tc.resource)
+			NewWithT(t).Expect(err).To(MatchError(ContainSubstring(tc.want)))
+		})
+	}
 }

@@ -60,8 +60,8 @@ func withFence(manager string, fence int64) string {
 // webhook's configuration is protected as ConfigMaps are: the holder writes
 // it with its fence, nobody else writes or deletes it. Its status, whose
 // writes cannot carry the annotation, takes the fence from the field
-// manager, checked as the annotation is; without one, only the holder pod's
-// identity is checked.
+// manager, checked as the annotation is, and needs it like any write: the
+// holder pod's identity alone is not enough (issue 43).
 func TestCustomResourceAndItsStatus(t *testing.T) {
 	f := newFixture(t)
 	f.startOperator(testenv.ManagerOptions{})
@@ -75,10 +75,11 @@ func TestCustomResourceAndItsStatus(t *testing.T) {
 		fmt.Sprintf(`Widget %s/w3: write rejected: no fencedlease.io/fence annotation: only the holder of FencedLease "db" may write this object, with its fence`, f.ns))
 
 	// The status: with the fence in the field manager, and without.
+	noFence := obj + ` (status): write rejected: no fencedlease.io/fence annotation: a status write cannot carry one on the object: it carries its fence in its field manager (<manager>;fencedlease.io/fence=<N>); only the holder of FencedLease "db" may write this object, with its fence`
 	f.g.Expect(f.writeStatus(asA, "w", 1, withFence("widget-controller", n))).To(Succeed())
-	f.g.Expect(f.writeStatus(asA, "w", 2, "widget-controller")).To(Succeed())
-	f.expectDenied(f.writeStatus(asB, "w", 3, "widget-controller"),
-		fmt.Sprintf(`%s (status): write rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence %d)`, obj, n))
+	f.g.Expect(f.writeStatus(asA, "w", 2, withFence("widget-controller", n))).To(Succeed())
+	f.expectDenied(f.writeStatus(asA, "w", 3, "widget-controller"), noFence)
+	f.expectDenied(f.writeStatus(asB, "w", 3, "widget-controller"), noFence)
 	f.expectDenied(f.writeStatus(asB, "w", 3, withFence("widget-controller", n)),
 		fmt.Sprintf(`%s (status): write with fence %d rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence %d)`, obj, n, n))
 	f.expectDenied(f.writeStatus(asA, "w", 3, withFence("widget-controller", n+100)),
@@ -93,8 +94,7 @@ func TestCustomResourceAndItsStatus(t *testing.T) {
 	m := f.waitHolder("db", "b", n)
 	f.expectDenied(f.writeStatus(asA, "w", 4, withFence("widget-controller", n)),
 		fmt.Sprintf(`%s (status): write with fence %d rejected: stale holder: FencedLease "db" is at fence %d`, obj, n, m))
-	f.expectDenied(f.writeStatus(asA, "w", 4, "widget-controller"),
-		fmt.Sprintf(`%s (status): write rejected: pod a is not the holder of FencedLease "db" (holder: pod b, fence %d)`, obj, m))
+	f.expectDenied(f.writeStatus(asA, "w", 4, "widget-controller"), noFence)
 	u := f.getWidget("w")
 	u.SetAnnotations(map[string]string{fencingv1alpha1.AnnotationFence: fenceOf(n)})
 	_ = unstructured.SetNestedField(u.Object, int64(9), "spec", "size")
@@ -115,8 +115,8 @@ func TestCustomResourceAndItsStatus(t *testing.T) {
 
 // TestScale: a scale subresource carries no labels, so its webhook sees
 // every scale write of the resources listed and reads the object's label:
-// a protected Deployment or Widget is scaled by the holder pod alone; an
-// unprotected one by anyone RBAC lets.
+// a protected Deployment or Widget is scaled by the holder pod alone, with
+// its fence in the field manager; an unprotected one by anyone RBAC lets.
 func TestScale(t *testing.T) {
 	f := newFixture(t)
 	f.startOperator(testenv.ManagerOptions{})
@@ -143,12 +143,13 @@ func TestScale(t *testing.T) {
 		f.g.Expect(err).To(MatchError(`admission webhook "protected-scale.fencedlease.io" denied the request: ` + message))
 	}
 
-	f.g.Expect(scaleTo(asA, protected, 2, "autoscaler")).To(Succeed())
+	expectDenied(scaleTo(asA, protected, 2, "autoscaler"),
+		obj+`: write rejected: no fencedlease.io/fence annotation: a scale write cannot carry one on the object: it carries its fence in its field manager (<manager>;fencedlease.io/fence=<N>); only the holder of FencedLease "db" may write this object, with its fence`)
 	f.g.Expect(scaleTo(asA, protected, 3, withFence("autoscaler", n))).To(Succeed())
-	expectDenied(scaleTo(asB, protected, 4, "autoscaler"),
-		fmt.Sprintf(`%s: write rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence %d)`, obj, n))
-	expectDenied(scaleTo(f.user("mallory"), protected, 4, "kubectl"),
-		fmt.Sprintf(`%s: write rejected: user "mallory" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`, obj))
+	expectDenied(scaleTo(asB, protected, 4, withFence("autoscaler", n)),
+		fmt.Sprintf(`%s: write with fence %d rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence %d)`, obj, n, n))
+	expectDenied(scaleTo(f.user("mallory"), protected, 4, withFence("kubectl", n)),
+		fmt.Sprintf(`%s: write with fence %d rejected: user "mallory" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`, obj, n))
 	expectDenied(scaleTo(asA, protected, 4, withFence("autoscaler", n-1)),
 		fmt.Sprintf(`%s: write with fence %d rejected: stale holder: FencedLease "db" is at fence %d`, obj, n-1, n))
 	got := &appsv1.Deployment{}
@@ -162,9 +163,9 @@ func TestScale(t *testing.T) {
 	// A Widget's scale is protected the same way.
 	f.g.Expect(asA.Create(f.ctx, f.widget("w", "db", fenceOf(n), 1))).To(Succeed())
 	w := f.widget("w", "db", "", 0)
-	f.g.Expect(scaleTo(asA, w, 2, "autoscaler")).To(Succeed())
-	expectDenied(scaleTo(asB, w, 3, "autoscaler"),
-		fmt.Sprintf(`Widget %s/w (scale): write rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence %d)`, f.ns, n))
+	f.g.Expect(scaleTo(asA, w, 2, withFence("autoscaler", n))).To(Succeed())
+	expectDenied(scaleTo(asB, w, 3, withFence("autoscaler", n)),
+		fmt.Sprintf(`Widget %s/w (scale): write with fence %d rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence %d)`, f.ns, n, n))
 }
 
 // TestUnlistedResourcesAreNotIntercepted: a resource the configuration does

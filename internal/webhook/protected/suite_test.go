@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/coverage"
 	"github.com/fencedlease/fencedlease/internal/setup"
 	"github.com/fencedlease/fencedlease/test/harness"
 	"github.com/fencedlease/fencedlease/test/testenv"
@@ -51,8 +52,10 @@ var webhookOptions = setup.WebhookOptions{
 // operator works under the same rules as in a cluster.
 //
 // The fencing webhook's configuration also lists, as a user would through
-// webhooks.protectedResources: the custom resource Widget of testdata/crd
-// with its status, and the scale subresources of Widgets and Deployments
+// webhooks.protectedResources and as the chart renders it (coverage.Rules:
+// each resource with all its subresources): the custom resource Widget of
+// testdata/crd, Deployments and StatefulSets, and the scale subresources of
+// Widgets and Deployments
 // (in a webhook of their own, without the objectSelector: a Scale carries
 // no labels); and a resource the API server does not serve.
 func TestMain(m *testing.M) {
@@ -73,10 +76,11 @@ func TestMain(m *testing.M) {
 // The resources the tests' fencing webhook configuration lists besides
 // ConfigMaps and Secrets.
 var (
-	moreRules = []admissionregistrationv1.RuleWithOperations{
-		rule("examples.fencedlease.io", []string{"widgets", "widgets/status"}, admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete),
-		rule("gizmos.example.com", []string{"gizmos"}, admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete),
-	}
+	moreRules = coverage.Rules([]coverage.Entry{
+		{Group: "examples.fencedlease.io", Resources: []string{"widgets", "widgets/status"}},
+		{Group: "gizmos.example.com", Resources: []string{"gizmos"}},
+		{Group: "apps", Resources: []string{"deployments", "deployments/scale", "statefulsets"}},
+	})
 	scaleRules = []admissionregistrationv1.RuleWithOperations{
 		rule("examples.fencedlease.io", []string{"widgets/scale"}, admissionregistrationv1.Update),
 		rule("apps", []string{"deployments/scale"}, admissionregistrationv1.Update),
@@ -156,7 +160,7 @@ func newFixture(t testing.TB) *fixture {
 				Verbs: []string{"get", "list", "create", "update", "patch", "delete", "deletecollection"}},
 			{APIGroups: []string{"examples.fencedlease.io"}, Resources: []string{"widgets", "widgets/status", "widgets/scale"},
 				Verbs: []string{"get", "list", "create", "update", "patch", "delete"}},
-			{APIGroups: []string{"apps"}, Resources: []string{"deployments", "deployments/scale"},
+			{APIGroups: []string{"apps"}, Resources: []string{"deployments", "deployments/scale", "deployments/status", "statefulsets", "statefulsets/status"},
 				Verbs: []string{"get", "list", "create", "update", "patch", "delete"}},
 		},
 	}
