@@ -11,10 +11,12 @@ import (
 
 // FieldManagerFence is what joins a field manager and a fence in the field
 // manager of a subresource write: "<manager>;fencedlease.io/fence=<N>". A
-// status or scale write cannot change the object's metadata (the API server
-// puts the stored metadata back before admission), so it cannot carry the
-// fence annotation; the field manager is the one part of such a request,
-// besides the body, that the caller chooses and the webhook sees.
+// subresource write may not move the stored fence annotation (the webhook
+// refuses it: only a write of the object does, and the API server keeps
+// metadata changes on /status of most built-in kinds), and a scale write
+// carries a Scale, not the object; the field manager is the one part of
+// such a request, besides the body, that the caller chooses and the
+// webhook sees.
 const FieldManagerFence = ";fencedlease.io/fence="
 
 // FieldManager returns the field manager that carries the fence on a
