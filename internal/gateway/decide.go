@@ -76,6 +76,7 @@ const (
 	ReasonOverloaded      Reason = "overloaded"
 	ReasonUpstreamAnswer  Reason = "upstream_answer"
 	ReasonMissingResource Reason = "not_found"
+	ReasonBadPath         Reason = "bad_path"
 )
 
 // S3 error codes of the gateway's own rejections (besides S3's AccessDenied,
@@ -96,6 +97,7 @@ const (
 	CodeSlowDown        = "SlowDown"
 	CodePrecondition    = "PreconditionFailed"
 	CodeInvalidArgument = "InvalidArgument"
+	CodeInvalidURI      = "InvalidURI"
 )
 
 // Decision is the answer to a request.

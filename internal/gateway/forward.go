@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -50,7 +49,7 @@ func userMetadata(dst, src http.Header) {
 func (x *exchange) read(ctx context.Context) {
 	h := http.Header{}
 	copyHeaders(h, x.r.Header, readHeaders)
-	resp, err := x.s.o.Upstream.Do(ctx, x.r.Method, x.r.URL.EscapedPath(), x.r.URL.RawQuery, h, nil, 0)
+	resp, err := x.s.o.Upstream.Do(ctx, x.r.Method, x.op.Path(), x.r.URL.RawQuery, h, nil, 0)
 	if err != nil {
 		x.fail(http.StatusBadGateway, CodeUnavailable, ReasonUpstreamError, "the store did not answer: "+err.Error())
 		return
@@ -106,7 +105,7 @@ func (x *exchange) write(ctx context.Context, caller Caller) {
 		return
 	}
 	x.log = x.log.WithValues("fencedLease", route.String(), "fence", d.Fence)
-	path := x.r.URL.EscapedPath()
+	path := op.Path()
 	for range x.s.o.Attempts {
 		st, err := x.s.o.Upstream.Head(ctx, path)
 		if err != nil {
@@ -295,7 +294,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // conditional PUT: the store's own copy cannot be made conditional on the
 // destination's ETag everywhere, so the gateway streams it.
 func (x *exchange) copy(ctx context.Context, path string, st objectState, f int64) (*http.Response, bool, error) {
-	srcPath := "/" + escapeSegments(x.op.SourceBucket) + "/" + escapeSegments(x.op.SourceKey)
+	srcPath := EscapePath(x.op.SourceBucket, x.op.SourceKey)
 	sh := http.Header{}
 	for _, n := range []string{"If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since"} {
 		if v := x.r.Header.Get("X-Amz-Copy-Source-" + n); v != "" {
@@ -334,15 +333,6 @@ func (x *exchange) copy(ctx context.Context, path string, st objectState, f int6
 	}
 	resp, err := x.s.o.Upstream.Do(ctx, http.MethodPut, path, "", h, body, src.ContentLength)
 	return resp, true, err
-}
-
-// escapeSegments escapes each /-separated segment of a key for a URL path.
-func escapeSegments(s string) string {
-	parts := strings.Split(s, "/")
-	for i, p := range parts {
-		parts[i] = url.PathEscape(p)
-	}
-	return strings.Join(parts, "/")
 }
 
 // copyObjectResult is the body of a CopyObject answer.

@@ -143,8 +143,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (x *exchange) serve(ctx context.Context) {
 	op := x.op
-	if op.Kind == Unsupported {
+	switch op.Kind {
+	case Unsupported:
 		x.fail(http.StatusNotImplemented, CodeNotImplemented, ReasonUnsupported, op.Why)
+		return
+	case Invalid:
+		x.fail(http.StatusBadRequest, op.Code, ReasonBadPath, op.Why)
 		return
 	}
 	token := x.r.Header.Get(HeaderToken)

@@ -17,7 +17,7 @@ const (
 // Values of the operation label: one per Kind.
 var operationNames = map[Kind]string{
 	Unsupported: "unsupported", ReadObject: "read", ListBucket: "list",
-	PutObject: "put", CopyObject: "copy", DeleteObject: "delete",
+	PutObject: "put", CopyObject: "copy", DeleteObject: "delete", Invalid: "invalid",
 }
 
 // Metrics are the gateway's Prometheus collectors. Every label value comes
@@ -34,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencedlease_gateway_requests_total",
-			Help: "Requests to the fence gateway by operation (read, list, put, copy, delete, unsupported), result (allowed, denied, error) and reason.",
+			Help: "Requests to the fence gateway by operation (read, list, put, copy, delete, unsupported, invalid), result (allowed, denied, error) and reason.",
 		}, []string{"operation", "result", "reason"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fencedlease_gateway_request_duration_seconds",

@@ -168,8 +168,7 @@ func TestGatewayOperations(t *testing.T) {
 			"no route for " + bucket + "/other/a.csv: the gateway fences only routed keys"},
 		{"pod of another namespace", http.MethodGet, obj, as(xTok, ""), 403, "AccessDenied",
 			"read of " + bucket + "/reports/a.csv denied: it is routed to FencedLease " + ns + "/exporter, and user system:serviceaccount:" + other + ":default is not a service account of namespace " + ns},
-		{"multipart", http.MethodPost, obj + "?uploads", as(hTok, fs), 501, "NotImplemented",
-			"multipart uploads are not supported by the gateway: send the object in one PUT (up to 5 GiB), or use fences3"},
+		{"multipart", http.MethodPost, obj + "?uploads", as(hTok, fs), 501, "NotImplemented", gateway.MultipartRefusal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
