@@ -27,6 +27,8 @@ type Metrics struct {
 	duration  *prometheus.HistogramVec
 	conflicts prometheus.Counter
 	inFlight  prometheus.Gauge
+	grantAge  prometheus.Histogram
+	rechecks  prometheus.Counter
 }
 
 // NewMetrics registers the collectors with reg.
@@ -49,6 +51,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "fencedlease_gateway_requests_in_flight",
 			Help: "Requests the fence gateway is serving now.",
 		}),
+		grantAge: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fencedlease_gateway_grant_age_at_commit_seconds",
+			Help:    "Age of the grant read that admitted a write when the write's last byte went to the store (at most --grant-max-age: an older one is read again).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12),
+		}),
+		rechecks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencedlease_gateway_grant_rechecks_total",
+			Help: "Writes whose grant was read again before their last byte went to the store, because the first read was older than --grant-max-age.",
+		}),
 	}
 	var err error
 	if m.decisions, err = register(reg, m.decisions); err != nil {
@@ -61,6 +72,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	if m.inFlight, err = register(reg, m.inFlight); err != nil {
+		return nil, err
+	}
+	if m.grantAge, err = register(reg, m.grantAge); err != nil {
+		return nil, err
+	}
+	if m.rechecks, err = register(reg, m.rechecks); err != nil {
 		return nil, err
 	}
 	return m, nil
