@@ -36,6 +36,8 @@ type flags struct {
 	audiences       stringList
 	tokenTTL        time.Duration
 	tokenCache      int
+	unknownTokens   float64
+	reviewTimeout   time.Duration
 	maxInFlight     int
 	upstreamTimeout time.Duration
 }
@@ -56,7 +58,9 @@ func parseFlags() (flags, zap.Options) {
 	flag.StringVar(&f.region, "upstream-region", "us-east-1", "Region the upstream requests are signed for.")
 	flag.Var(&f.audiences, "token-audience", "An audience the callers' tokens must be issued for (repeatable); none accepts the API server's own.")
 	flag.DurationVar(&f.tokenTTL, "token-review-ttl", 10*time.Second, "How long a TokenReview's answer is reused for the same token.")
-	flag.IntVar(&f.tokenCache, "token-review-cache-size", 4096, "How many TokenReview answers are kept at most.")
+	flag.IntVar(&f.tokenCache, "token-review-cache-size", 4096, "How many accepted TokenReview answers are kept at most (rejected ones are kept apart, 1024 at most, so that random tokens never evict a holder's).")
+	flag.Float64Var(&f.unknownTokens, "unknown-tokens-per-second", 20, "How many tokens with no remembered answer are reviewed a second per client address (burst: twice that); beyond it the answer is 503 SlowDown.")
+	flag.DurationVar(&f.reviewTimeout, "token-review-timeout", 5*time.Second, "The longest one TokenReview may take.")
 	flag.IntVar(&f.maxInFlight, "max-in-flight", gateway.DefaultMaxInFlight, "Requests served at once; more are answered 503 SlowDown.")
 	flag.DurationVar(&f.upstreamTimeout, "upstream-response-timeout", 30*time.Second, "How long to wait for the store's response headers.")
 	opts := zap.Options{}
@@ -124,7 +128,8 @@ func run(f flags) error {
 	handler := gateway.New(gateway.Options{
 		Config:   cfg,
 		Upstream: up,
-		Reviewer: &gateway.TokenReviewer{Client: kube, Audiences: f.audiences, TTL: f.tokenTTL, Max: f.tokenCache},
+		Reviewer: &gateway.TokenReviewer{Client: kube, Audiences: f.audiences, TTL: f.tokenTTL, MaxAccepted: f.tokenCache,
+			UnknownPerSecond: f.unknownTokens, UnknownBurst: int(2 * f.unknownTokens), Timeout: f.reviewTimeout, Metrics: metrics},
 		Grants:   &gateway.GrantReader{Kube: kube, Client: reader, FencedLeaseTTL: 30 * time.Second, MaxFencedLeases: 4096},
 		Recorder: broadcaster.NewRecorder(setup.Scheme(), "fence-gateway"),
 		Metrics:  metrics, Log: log, MaxInFlight: f.maxInFlight,

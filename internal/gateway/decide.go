@@ -71,6 +71,7 @@ const (
 	ReasonBadRequest      Reason = "bad_request"
 	ReasonLeaseReadError  Reason = "lease_read_error"
 	ReasonAuthError       Reason = "authentication_error"
+	ReasonTooManyTokens   Reason = "too_many_tokens"
 	ReasonUpstreamError   Reason = "upstream_error"
 	ReasonContention      Reason = "contention"
 	ReasonOverloaded      Reason = "overloaded"

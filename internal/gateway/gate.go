@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -57,6 +58,8 @@ type gate struct {
 	state  gateState
 	abort  error
 	cancel context.CancelFunc
+	// interrupt stops the reading of the client's body.
+	interrupt func()
 	// grantAt is when the Lease read that admitted the write began.
 	grantAt time.Time
 	maxAge  time.Duration
@@ -78,6 +81,9 @@ func (g *gate) preempt(newer int64) {
 		return
 	}
 	g.state, g.abort = gateAborted, &refusal{Superseded(g.wr, g.fence, newer)}
+	if g.interrupt != nil {
+		g.interrupt()
+	}
 	if g.cancel != nil {
 		g.cancel()
 	}
@@ -235,12 +241,22 @@ func atEOF(r io.Reader) error {
 // without a byte, and all of it before end. When the body ends, the
 // connection's deadline is lifted, so that the server's wait for the
 // client's next request is not cut short while the store answers.
+//
+// A body can be interrupted (a newer grant's write preempts the upload):
+// a read blocked on a stalled client returns at once, so the upstream
+// request, whose transport waits for its body's read, ends with it.
 type clientBody struct {
 	r    io.Reader
 	rc   *http.ResponseController
 	idle time.Duration
 	end  time.Time
+	// interrupted is set by interrupt.
+	interrupted *atomic.Bool
 }
+
+// errInterrupted is the read of a body whose write was stopped; the
+// gate's own error says why.
+var errInterrupted = errors.New("the write was stopped while its body was read")
 
 func (b *clientBody) Read(p []byte) (int, error) {
 	if b.idle > 0 || !b.end.IsZero() {
@@ -250,7 +266,16 @@ func (b *clientBody) Read(p []byte) (int, error) {
 		}
 		_ = b.rc.SetReadDeadline(d)
 	}
+	// Checked after the deadline is set: an interrupt between the two
+	// has set its own deadline in the past, or is seen here.
+	if b.interrupted.Load() {
+		_ = b.rc.SetReadDeadline(time.Now())
+		return 0, errInterrupted
+	}
 	n, err := b.r.Read(p)
+	if b.interrupted.Load() && err != nil {
+		return n, errInterrupted
+	}
 	if err != nil && b.rc != nil {
 		_ = b.rc.SetReadDeadline(time.Time{})
 	}
@@ -322,11 +347,18 @@ func (x *exchange) readAhead() {
 
 // deadlined is the request body within its deadlines.
 func (x *exchange) deadlined() io.Reader {
-	b := &clientBody{r: x.r.Body, rc: http.NewResponseController(x.w), idle: x.s.o.BodyIdleTimeout}
+	b := &clientBody{r: x.r.Body, rc: http.NewResponseController(x.w), idle: x.s.o.BodyIdleTimeout, interrupted: &x.interrupted}
 	if x.s.o.BodyTimeout > 0 {
 		b.end = x.start.Add(x.s.o.BodyTimeout)
 	}
 	return b
+}
+
+// interruptBody makes a read of the request body, blocked or to come,
+// return errInterrupted.
+func (x *exchange) interruptBody() {
+	x.interrupted.Store(true)
+	_ = http.NewResponseController(x.w).SetReadDeadline(time.Now())
 }
 
 // clientBody is the request body as a write reads it: what was read ahead,

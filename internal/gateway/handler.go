@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -16,7 +18,9 @@ import (
 
 // Reviewer authenticates a token.
 type Reviewer interface {
-	Review(ctx context.Context, token string) (Caller, error)
+	// Review authenticates token, sent from source (the client's
+	// address).
+	Review(ctx context.Context, token, source string) (Caller, error)
 }
 
 // Grants reads the committed grant of a route's FencedLease from the API
@@ -139,6 +143,8 @@ type exchange struct {
 	// its part read while the write waited for its key.
 	body  *countingReader
 	ahead *readAhead
+	// interrupted stops the reading of the body (interruptBody).
+	interrupted atomic.Bool
 }
 
 func (x *exchange) fail(status int, code string, reason Reason, msg string) {
@@ -193,8 +199,12 @@ func (x *exchange) serve(ctx context.Context) {
 			"the request carries no "+HeaderToken+" header: send the pod's service-account token")
 		return
 	}
-	caller, err := x.s.o.Reviewer.Review(ctx, token)
+	caller, err := x.s.o.Reviewer.Review(ctx, token, clientAddress(x.r))
 	if err != nil {
+		if errors.Is(err, errTooManyTokens) {
+			x.fail(http.StatusServiceUnavailable, CodeSlowDown, ReasonTooManyTokens, "cannot authenticate the token: "+err.Error())
+			return
+		}
 		if errors.Is(err, errUnauthenticated) {
 			x.fail(http.StatusForbidden, CodeInvalidToken, ReasonInvalidToken, "the "+HeaderToken+" token is not valid: "+err.Error())
 			return
@@ -242,4 +252,14 @@ func requestID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// clientAddress is the address the request came from (the connection's,
+// never a header a client can set).
+func clientAddress(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }

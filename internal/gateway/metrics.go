@@ -29,6 +29,7 @@ type Metrics struct {
 	inFlight  prometheus.Gauge
 	grantAge  prometheus.Histogram
 	rechecks  prometheus.Counter
+	reviews   *prometheus.CounterVec
 }
 
 // NewMetrics registers the collectors with reg.
@@ -60,6 +61,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "fencedlease_gateway_grant_rechecks_total",
 			Help: "Writes whose grant was read again before their last byte went to the store, because the first read was older than --grant-max-age.",
 		}),
+		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencedlease_gateway_token_reviews_total",
+			Help: "TokenReviews the fence gateway sent to the API server, by outcome (accepted, rejected, error); tokens answered from memory or over their source's budget send none.",
+		}, []string{"outcome"}),
 	}
 	var err error
 	if m.decisions, err = register(reg, m.decisions); err != nil {
@@ -75,6 +80,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	if m.grantAge, err = register(reg, m.grantAge); err != nil {
+		return nil, err
+	}
+	if m.reviews, err = register(reg, m.reviews); err != nil {
 		return nil, err
 	}
 	if m.rechecks, err = register(reg, m.rechecks); err != nil {
@@ -105,4 +113,12 @@ func (m *Metrics) observe(k Kind, result string, reason Reason, took time.Durati
 	op := operationNames[k]
 	m.decisions.WithLabelValues(op, result, string(reason)).Inc()
 	m.duration.WithLabelValues(op, result).Observe(took.Seconds())
+}
+
+// Reviewed counts a TokenReview sent, by outcome (accepted, rejected,
+// error); nil-safe.
+func (m *Metrics) Reviewed(outcome string) {
+	if m != nil {
+		m.reviews.WithLabelValues(outcome).Inc()
+	}
 }

@@ -163,7 +163,7 @@ func (x *exchange) check(ctx context.Context, wr Write, caller Caller) (checked,
 func (x *exchange) attempt(ctx context.Context, lock *lockHandle, wr Write, caller Caller, c checked) bool {
 	upCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	g := &gate{wr: wr, fence: c.d.Fence, cancel: cancel, grantAt: c.grantAt, maxAge: x.s.o.GrantMaxAge,
+	g := &gate{wr: wr, fence: c.d.Fence, cancel: cancel, interrupt: x.interruptBody, grantAt: c.grantAt, maxAge: x.s.o.GrantMaxAge,
 		recheck: func(ctx context.Context) (time.Time, *Decision, error) {
 			start := time.Now()
 			grant, _, grantErr, err := x.s.o.Grants.Read(ctx, wr.Route)

@@ -120,7 +120,7 @@ func startGatewayWith(t *testing.T, upstream string, routes []gateway.Route, mut
 	o := gateway.Options{
 		Config:   &gateway.Config{Routes: routes},
 		Upstream: up,
-		Reviewer: &gateway.TokenReviewer{Client: kube, TTL: 10 * time.Second, Max: 1024},
+		Reviewer: &gateway.TokenReviewer{Client: kube, TTL: 10 * time.Second, MaxAccepted: 1024, Metrics: metrics},
 		Grants:   &gateway.GrantReader{Kube: kube, Client: reader, FencedLeaseTTL: 30 * time.Second, MaxFencedLeases: 64},
 		Recorder: broadcaster.NewRecorder(setup.Scheme(), "fence-gateway"),
 		Metrics:  metrics,
