@@ -48,8 +48,8 @@ func TestPodBoundTokens(t *testing.T) {
 		f.g.Eventually(func() error { return f.c.SubResource("token").Create(f.ctx, sa, bound()) }).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 	})
 	want := fmt.Sprintf(`serviceaccounts "default" is forbidden: ValidatingAdmissionPolicy '%s' with binding '%s' denied request: `+
-		`a token of service account %s/default bound to pod a may be requested by a kubelet only, not by user "erin" (policy %s)`,
-		policy.PodBoundTokens, policy.PodBoundTokens, f.ns, policy.PodBoundTokens)
+		`a token of service account %s/default bound to pod a may be requested by a kubelet only, not by user "erin"`,
+		policy.PodBoundTokens, policy.PodBoundTokens, f.ns)
 	// In force a moment after it is created.
 	f.g.Eventually(func() error { return f.editor.c.SubResource("token").Create(f.ctx, sa, bound()) }).
 		WithTimeout(timeout).WithPolling(poll).Should(MatchError(want))

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -282,14 +283,17 @@ func deepCopy(m map[string]any) (map[string]any, error) {
 }
 
 // watchLease streams the versions of one Lease after resourceVersion rv,
-// calling f for each, until ctx ends or the stream breaks (nil when the
-// server closed it, an apiError 410 when rv is too old).
-func (c *apiClient) watchLease(ctx context.Context, namespace, name, rv string, f func(eventType string, l *lease)) error {
+// calling f for each (and for bookmarks, whose object holds only a
+// resourceVersion), until ctx ends, the API server ends the watch after
+// timeout, or the stream breaks (nil when the server closed it, an
+// apiError 410 when rv is too old).
+func (c *apiClient) watchLease(ctx context.Context, namespace, name, rv string, timeout time.Duration, f func(eventType string, l *lease)) error {
 	q := url.Values{}
 	q.Set("watch", "true")
 	q.Set("fieldSelector", "metadata.name="+name)
 	q.Set("resourceVersion", rv)
 	q.Set("allowWatchBookmarks", "true")
+	q.Set("timeoutSeconds", strconv.Itoa(max(int(timeout/time.Second), 1)))
 	path := "/apis/coordination.k8s.io/v1/namespaces/" + url.PathEscape(namespace) + "/leases?" + q.Encode()
 	resp, err := c.send(ctx, http.MethodGet, path, nil)
 	if err != nil {

@@ -156,6 +156,21 @@ func NewSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
 // Pod is the name of the pod the session acts as.
 func (s *Session) Pod() string { return s.podName }
 
+// Renewal is who renews the grants of the Lease, as the session last saw
+// it: "Holder" (spec.renewal Holder: the holder pod, through its Session),
+// "Operator", or "" while the Lease records no grant yet (the operator
+// records the mode with each grant). A program that must stop on its own
+// clock, such as a fenced controller manager, can refuse "Operator" before
+// it acts: a pod cannot know when an Operator grant ends.
+func (s *Session) Renewal() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lease == nil {
+		return ""
+	}
+	return record.ParseLease(s.lease.Metadata.Annotations).Renewal
+}
+
 // Close stops following and renewing. A grant held is not released (see
 // Release): it expires.
 func (s *Session) Close() error {
@@ -441,36 +456,68 @@ func (s *Session) notify() {
 	s.changed = make(chan struct{})
 }
 
-// watch follows the Lease: a watch from the version last seen, read again
-// from scratch when the version is too old, retried after a short pause on
-// any other error.
+// watch follows the Lease: a watch from the version last seen, bounded in
+// time, then a fresh read and a new watch from the version read, again and
+// again; a pause after an error. A watch can stay open and deliver nothing
+// (a proxy or a half-dead connection between the pod and the API server
+// keeps it, no error comes): the API server ends every watch after
+// watchPeriod, and the session gives up on one that has not ended
+// watchGrace later, so that its view of the Lease is never older than about
+// a watch period while the API server answers reads.
 func (s *Session) watch(ctx context.Context) {
 	defer s.wg.Done()
+	read := false // the first watch starts from the version NewSession read
 	for ctx.Err() == nil {
+		if read {
+			l, err := s.api.getLease(ctx, s.namespace, s.name)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.logf("Reading Lease %s/%s: %v", s.namespace, s.name, err)
+				}
+				sleep(ctx, 500*time.Millisecond)
+				continue
+			}
+			s.mu.Lock()
+			s.see(l)
+			s.mu.Unlock()
+		}
+		read = true
 		s.mu.Lock()
-		rv := s.lease.Metadata.ResourceVersion
+		rv, period := s.lease.Metadata.ResourceVersion, watchPeriod(s.lease)
 		s.mu.Unlock()
-		err := s.api.watchLease(ctx, s.namespace, s.name, rv, func(_ string, l *lease) {
+		wctx, cancel := context.WithTimeout(ctx, period+watchGrace)
+		err := s.api.watchLease(wctx, s.namespace, s.name, rv, period, func(eventType string, l *lease) {
+			if eventType == "BOOKMARK" {
+				return // a bookmark carries a resourceVersion, not the Lease
+			}
 			s.mu.Lock()
 			s.see(l)
 			s.mu.Unlock()
 		})
-		if ctx.Err() != nil {
+		silent := wctx.Err() != nil
+		cancel()
+		switch {
+		case ctx.Err() != nil:
 			return
-		}
-		if err != nil {
+		case silent:
+			s.logf("The watch of Lease %s/%s did not end within %s of its %s timeout: reading the Lease again", s.namespace, s.name, watchGrace, period)
+		case err != nil && !isGone(err):
 			s.logf("Watching Lease %s/%s: %v", s.namespace, s.name, err)
+			sleep(ctx, 500*time.Millisecond)
 		}
-		if err == nil || isGone(err) {
-			if l, gerr := s.api.getLease(ctx, s.namespace, s.name); gerr == nil {
-				s.mu.Lock()
-				s.see(l)
-				s.mu.Unlock()
-				continue
-			}
-		}
-		sleep(ctx, 500*time.Millisecond)
 	}
+}
+
+// watchGrace is how long after its timeout a watch that has not ended is
+// given up: the API server ends it at the timeout.
+const watchGrace = 2 * time.Second
+
+// watchPeriod is the timeout of each watch of the Lease: its lease
+// duration, between 5 seconds and a minute. Each watch costs a read of the
+// Lease when it ends; a shorter period would bound a silent watch more
+// tightly at more reads.
+func watchPeriod(l *lease) time.Duration {
+	return min(max(leaseDuration(l), 5*time.Second), time.Minute)
 }
 
 // renew renews this pod's grant with renewal Holder: at once when a new

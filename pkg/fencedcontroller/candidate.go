@@ -19,6 +19,7 @@ type session interface {
 	Current() (fence.Grant, bool)
 	Deadline(fence int64) (time.Time, bool)
 	Changed() <-chan struct{}
+	Renewal() string
 	ReleaseGrant(ctx context.Context, fence int64) error
 	Close() error
 }
@@ -84,12 +85,21 @@ func (c *candidate) Start(ctx context.Context) error {
 	c.s = s
 	c.mu.Unlock()
 	c.log.Info("Waiting to hold the FencedLease")
+	if err := c.awaitGrant(ctx, s); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	hctx, g, err := s.HolderContext(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return fmt.Errorf("FencedLease %s/%s: %w", c.opts.Namespace, c.opts.Lease, err)
+	}
+	if !g.HolderRenews {
+		return c.refuseOperatorRenewal()
 	}
 	t := c.begin(hctx, g)
 	c.log.Info("Holding the FencedLease: starting the controllers", "fence", g.Fence)
@@ -135,6 +145,55 @@ func (c *candidate) dial(ctx context.Context) (session, error) {
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// ErrOperatorRenewal is what Manager.Start returns, wrapped with the
+// FencedLease's name, when the FencedLease's grants are renewed by the
+// operator (spec.renewal: Operator). A fenced manager must stop its
+// controllers on its own clock before another pod can be granted, and
+// under Operator renewal a pod cannot know when its grant ends: the
+// operator vouches for quiet grants without writing the Lease, so there is
+// no renewal for the pod to watch, and a pod cut off from the API server
+// learns nothing at all. Under spec.renewal: Holder the pod renews its own
+// grant and holds it only until its own deadline.
+var ErrOperatorRenewal = errors.New("a fenced controller needs spec.renewal: Holder")
+
+// awaitGrant waits until this pod holds a grant. It refuses a FencedLease
+// whose grants the operator renews as soon as its Lease says so: the
+// operator records the mode with every grant, to this pod or another, so
+// that is when the Lease is first read if it was ever granted, and at its
+// first grant otherwise; before any controller starts either way.
+func (c *candidate) awaitGrant(ctx context.Context, s session) error {
+	for {
+		changed := s.Changed()
+		if s.Renewal() == renewalOperator {
+			return c.refuseOperatorRenewal()
+		}
+		if _, ok := s.Current(); ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		}
+	}
+}
+
+// renewalOperator is the renewal mode that the Lease of a FencedLease
+// with spec.renewal: Operator records (fence.Session.Renewal).
+const renewalOperator = "Operator"
+
+func (c *candidate) refuseOperatorRenewal() error {
+	err := fmt.Errorf("FencedLease %s/%s: its grants are renewed by the operator (spec.renewal: Operator), so this pod cannot know on its own clock when its grant ends "+
+		"(the operator vouches for quiet grants without writing the Lease; a pod cut off from the API server learns nothing): "+
+		"set spec.renewal: Holder, under which the pod renews its own grant and stops its controllers before its own deadline: %w",
+		c.opts.Namespace, c.opts.Lease, ErrOperatorRenewal)
+	c.mu.Lock()
+	c.why = err.Error()
+	c.mu.Unlock()
+	c.log.Error(err, "Refusing to run the controllers")
+	return err
 }
 
 // begin starts the term of grant g: the runnables added so far start
@@ -272,7 +331,7 @@ func (h heldGrant) Current() (fence.Grant, bool) {
 		return fence.Grant{}, false
 	}
 	g, ok := s.Current()
-	if !ok || g.Fence != t.grant.Fence {
+	if !ok || g.Fence != t.grant.Fence || !g.HolderRenews {
 		return fence.Grant{}, false
 	}
 	return g, true

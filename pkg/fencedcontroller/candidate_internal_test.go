@@ -21,6 +21,7 @@ type fakeSession struct {
 	lastDeadline map[int64]time.Time
 	changed      chan struct{}
 	released     []int64
+	renewal      string
 }
 
 func newFakeSession() *fakeSession {
@@ -35,6 +36,12 @@ func (f *fakeSession) set(g *fence.Grant) {
 	f.grant = g
 	if g != nil && g.HolderRenews {
 		f.lastDeadline[g.Fence] = g.Deadline
+	}
+	switch {
+	case g != nil && g.HolderRenews:
+		f.renewal = "Holder"
+	case g != nil:
+		f.renewal = "Operator"
 	}
 	close(f.changed)
 	f.changed = make(chan struct{})
@@ -53,6 +60,12 @@ func (f *fakeSession) Changed() <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.changed
+}
+
+func (f *fakeSession) Renewal() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.renewal
 }
 
 func (f *fakeSession) Deadline(fenceValue int64) (time.Time, bool) {
@@ -220,7 +233,7 @@ func TestCandidateStopsWhenTheGrantEnds(t *testing.T) {
 	s := newFakeSession()
 	p := &probe{}
 	_, grants, done, _ := run(t, s, Options{}, p)
-	s.set(&fence.Grant{Lease: "widgets", Fence: 9})
+	s.set(renewed(9, time.Minute, 10*time.Second))
 	g.Eventually(func() time.Time { st, _ := p.times(); return st }).ShouldNot(BeZero())
 	ended := time.Now()
 	s.set(nil)
@@ -232,9 +245,42 @@ func TestCandidateStopsWhenTheGrantEnds(t *testing.T) {
 	_, ok := grants.Current()
 	g.Expect(ok).To(BeFalse())
 	// A new grant to the same pod does not revive this process's writes.
-	s.set(&fence.Grant{Lease: "widgets", Fence: 12})
+	s.set(renewed(12, time.Minute, 10*time.Second))
 	_, ok = grants.Current()
 	g.Expect(ok).To(BeFalse())
+}
+
+// TestCandidateRefusesOperatorRenewal: a FencedLease whose grants the
+// operator renews is refused before any runnable starts, whether the Lease
+// records a grant to another pod or this pod is granted, and the client
+// refuses every write, saying why.
+func TestCandidateRefusesOperatorRenewal(t *testing.T) {
+	for _, g := range []*fence.Grant{
+		nil, // another pod's grant: the Lease records the mode
+		{Lease: "widgets", Fence: 9},
+	} {
+		gm := NewWithT(t)
+		s := newFakeSession()
+		if g == nil {
+			s.renewal = "Operator"
+		}
+		p := &probe{}
+		_, grants, done, _ := run(t, s, Options{}, p)
+		if g != nil {
+			time.Sleep(100 * time.Millisecond) // no grant recorded yet: the candidate waits
+			s.set(g)
+		}
+		var err error
+		gm.Eventually(done).Should(Receive(&err))
+		gm.Expect(errors.Is(err, ErrOperatorRenewal)).To(BeTrue(), "%v", err)
+		gm.Expect(err.Error()).To(HavePrefix("FencedLease team-a/widgets: its grants are renewed by the operator (spec.renewal: Operator), so this pod cannot know on its own clock when its grant ends"))
+		gm.Expect(err.Error()).To(ContainSubstring("set spec.renewal: Holder"))
+		started, _ := p.times()
+		gm.Expect(started).To(BeZero(), "a runnable started")
+		_, ok := grants.Current()
+		gm.Expect(ok).To(BeFalse())
+		gm.Expect(grants.notHeld()).To(Equal(err.Error()))
+	}
 }
 
 // TestCandidateManagerStop: stopping the manager stops the runnables,

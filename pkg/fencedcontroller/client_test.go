@@ -141,12 +141,17 @@ func (r *recorder) funcs() interceptor.Funcs {
 
 const ns = "team-a"
 
+// protectedBy is the label of the objects that FencedLease widgets
+// protects.
+var protectedBy = map[string]string{fencedcontroller.LabelProtectedBy: "widgets"}
+
 func objects() []client.Object {
 	return []client.Object{
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "state",
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "state", Labels: protectedBy,
 			Annotations: map[string]string{fence.Annotation: "42", "keep": "me"}}, Data: map[string]string{"k": "v"}},
-		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app",
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app", Labels: protectedBy,
 			Annotations: map[string]string{fence.Annotation: "41"}}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "plain"}, Data: map[string]string{"k": "v"}},
 	}
 }
 
@@ -159,8 +164,9 @@ func newClients(t *testing.T, held bool) (client.Client, client.Client, *recorde
 	return fencedcontroller.NewClient(inner, g, fencedcontroller.ClientOptions{FieldManager: "widget-controller"}), inner, rec
 }
 
+// cm is a protected ConfigMap as a caller gives it: labelled.
 func cm(name string) *corev1.ConfigMap {
-	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: protectedBy}}
 }
 
 // write is one write through the fencing client.
@@ -199,14 +205,14 @@ func writes() []write {
 			return c.Patch(ctx, obj, client.MergeFrom(orig))
 		}, sent{verb: "patch", annotation: "42"}, nil},
 		{"merge patch with an optimistic lock", func(ctx context.Context, c client.Client) error {
-			obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}
+			obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app", Labels: protectedBy}}
 			get(ctx, c, obj)
 			orig := obj.DeepCopy()
 			obj.Spec.Paused = true
 			return c.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 		}, sent{verb: "patch", annotation: "42"}, nil},
 		{"strategic merge patch", func(ctx context.Context, c client.Client) error {
-			obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}
+			obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app", Labels: protectedBy}}
 			get(ctx, c, obj)
 			orig := obj.DeepCopy()
 			obj.Spec.MinReadySeconds = 5
@@ -221,7 +227,7 @@ func writes() []write {
 			return c.Patch(ctx, obj, client.Apply, client.FieldOwner("widget-controller")) //nolint:staticcheck // the deprecated apply patch is a write like any other
 		}, sent{verb: "patch", annotation: "42", fieldManager: "widget-controller"}, nil},
 		{"apply of a typed configuration", func(ctx context.Context, c client.Client) error {
-			return c.Apply(ctx, corev1ac.ConfigMap("applied", ns).WithData(map[string]string{"k": "v"}), client.FieldOwner("widget-controller"))
+			return c.Apply(ctx, corev1ac.ConfigMap("applied", ns).WithLabels(protectedBy).WithData(map[string]string{"k": "v"}), client.FieldOwner("widget-controller"))
 		}, sent{verb: "apply", annotation: "42", fieldManager: "widget-controller"}, nil},
 		{"apply of an unstructured configuration", func(ctx context.Context, c client.Client) error {
 			u := &unstructured.Unstructured{}
@@ -229,6 +235,7 @@ func writes() []write {
 			u.SetKind("ConfigMap")
 			u.SetNamespace(ns)
 			u.SetName("applied")
+			u.SetLabels(protectedBy)
 			return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("widget-controller"))
 		}, sent{verb: "apply", annotation: "42", fieldManager: "widget-controller"}, nil},
 		{"delete", func(ctx context.Context, c client.Client) error {
@@ -238,32 +245,32 @@ func writes() []write {
 			return c.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(ns))
 		}, sent{verb: "deleteallof"}, nil},
 		{"status update", func(ctx context.Context, c client.Client) error {
-			obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}
+			obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app", Labels: protectedBy}}
 			get(ctx, c, obj)
 			obj.Status.ObservedGeneration = 3
 			return c.Status().Update(ctx, obj)
 		}, sent{verb: "update", subResource: "status", fieldManager: fm}, nil},
 		{"status patch with the caller's own field manager", func(ctx context.Context, c client.Client) error {
-			obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}
+			obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app", Labels: protectedBy}}
 			get(ctx, c, obj)
 			orig := obj.DeepCopy()
 			obj.Status.ObservedGeneration = 4
 			return c.Status().Patch(ctx, obj, client.MergeFrom(orig), client.FieldOwner("status-writer"))
 		}, sent{verb: "patch", subResource: "status", fieldManager: "status-writer;fencedlease.io/fence=42"}, nil},
 		{"status apply", func(ctx context.Context, c client.Client) error {
-			return c.Status().Apply(ctx, appsv1ac.Deployment("app", ns).WithStatus(appsv1ac.DeploymentStatus().WithObservedGeneration(5)),
+			return c.Status().Apply(ctx, appsv1ac.Deployment("app", ns).WithLabels(protectedBy).WithStatus(appsv1ac.DeploymentStatus().WithObservedGeneration(5)),
 				client.FieldOwner("widget-controller"))
 		}, sent{verb: "apply", subResource: "status", fieldManager: fm}, nil},
 		{"status create", func(ctx context.Context, c client.Client) error {
-			return c.Status().Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}, &appsv1.Deployment{})
+			return c.Status().Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app", Labels: protectedBy}}, &appsv1.Deployment{})
 		}, sent{verb: "create", subResource: "status", fieldManager: fm}, nil},
 		{"scale update", func(ctx context.Context, c client.Client) error {
-			obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}
+			obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app", Labels: protectedBy}}
 			return c.SubResource("scale").Update(ctx, obj,
 				client.WithSubResourceBody(&autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 2}}))
 		}, sent{verb: "update", subResource: "scale", fieldManager: fm}, nil},
 		{"scale patch", func(ctx context.Context, c client.Client) error {
-			obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"}}
+			obj := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app", Labels: protectedBy}}
 			return c.SubResource("scale").Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":3}}`)))
 		}, sent{verb: "patch", subResource: "scale", fieldManager: fm}, nil},
 	}
@@ -310,7 +317,7 @@ func TestClientRefusesWithoutGrant(t *testing.T) {
 func TestApplyDecodesTheAnswer(t *testing.T) {
 	g := NewWithT(t)
 	c, inner, _ := newClients(t, true)
-	ac := corev1ac.ConfigMap("applied", ns).WithData(map[string]string{"k": "v"})
+	ac := corev1ac.ConfigMap("applied", ns).WithLabels(protectedBy).WithData(map[string]string{"k": "v"})
 	g.Expect(c.Apply(context.Background(), ac, client.FieldOwner("widget-controller"))).To(Succeed())
 	g.Expect(ac.ResourceVersion).NotTo(BeNil(), "the answer was decoded into the configuration")
 	g.Expect(ac.Annotations).To(HaveKeyWithValue(fence.Annotation, "42"))

@@ -12,26 +12,32 @@
 //
 //   - NewManager returns a manager whose runnables that need leader
 //     election (controllers, by default) start only once this pod holds a
-//     grant. With spec.renewal Holder, the pod renews its own grant through
-//     a fence.Session and holds it only until its own deadline (the send time
-//     of its last successful renewal plus the lease duration, minus a
-//     margin, on its monotonic clock); the controllers are stopped before
-//     that deadline: as soon as the grant ends, and at the latest
-//     Options.StopLead before the deadline when no renewal came in time. The
+//     grant. The FencedLease must have spec.renewal Holder: the pod renews
+//     its own grant through a fence.Session and holds it only until its own
+//     deadline (the send time of its last successful renewal plus the lease
+//     duration, minus a margin, on its monotonic clock); the controllers are
+//     stopped before that deadline: as soon as the grant ends, and at the
+//     latest Options.StopLead before the deadline when no renewal came in
+//     time. Under spec.renewal Operator a pod cannot know when its grant
+//     ends, so Start returns ErrOperatorRenewal before any controller starts,
+//     as soon as the Lease records the mode. The
 //     manager's Start then returns ErrLeaderElectionLost, as
 //     controller-runtime's returns "leader election lost": controllers
 //     cannot be started twice in one process, so the program exits, and its
 //     pod, restarted, is a candidate again.
-//   - The manager's GetClient, and NewClient around any client, stamp the
-//     fence on every write, right after asking the Session whether the grant
-//     is still held by its own clock (a paused process's timers fire late;
-//     the clock does not): the annotation fencedlease.io/fence on creates,
-//     updates, patches and applies of a main resource, and the field manager
+//   - The manager's GetClient, and NewClient around any client, send a
+//     write only right after asking the Session whether the grant is still
+//     held by its own clock (a paused process's timers fire late; the
+//     clock does not), and stamp the fence where the fencing webhook checks
+//     one, on objects labelled fencedlease.io/protected-by: the annotation
+//     fencedlease.io/fence on creates, updates, patches and applies of a
+//     main resource, and the field manager
 //     "<manager>;fencedlease.io/fence=<N>" (FieldManager) on writes of a
-//     status or scale subresource, whose metadata the API server keeps as
-//     stored. Deletes carry no fence; the webhook admits them from the
-//     current holder pod only. Without a valid grant the client sends
-//     nothing and returns an error wrapping fence.ErrNotHolder.
+//     subresource. A delete carries no fence, so a protected object is
+//     stamped first and that version deleted. Other objects (Pods,
+//     unlabelled ones) are written as a plain client writes them. Without a
+//     valid grant the client sends nothing, protected or not, and returns
+//     an error wrapping fence.ErrNotHolder.
 //
 // A write that passed the client's check the instant before the grant ended
 // still reaches the API server, with the old fence: the webhook rejects it.

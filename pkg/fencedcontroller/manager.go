@@ -30,7 +30,8 @@ var ErrLeaderElectionLost = errors.New("leader election lost")
 // opts are the options of a plain manager; their leader election must be
 // off. The returned manager's GetClient is the fencing client (NewClient)
 // around the usual one: it writes only while the controllers run under a
-// grant, and stamps that grant's fence on every write.
+// grant, and stamps that grant's fence on every write of a protected
+// object.
 func NewManager(cfg *rest.Config, opts manager.Options, o Options) (manager.Manager, error) {
 	if opts.LeaderElection || opts.LeaderElectionResourceLockInterface != nil {
 		return nil, errors.New("a FencedLease candidate replaces leader election: turn manager.Options.LeaderElection off")

@@ -3,9 +3,12 @@ package fencedcontroller
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/fencedlease/fencedlease/pkg/fence"
 )
 
 // subResourceClient writes a subresource (status, scale, ...) of an object
@@ -27,66 +30,92 @@ func (s *subResourceClient) Get(ctx context.Context, obj, subResource client.Obj
 	return s.SubResourceReader.Get(ctx, obj, subResource, opts...)
 }
 
-// fieldOwner returns the field manager that carries the fence for a write
-// of obj whose own field manager is manager ("" when it names none).
-func (s *subResourceClient) fieldOwner(verb string, obj client.Object, manager string) (client.FieldOwner, error) {
+// write makes a write of the subresource of obj whose own field manager is
+// manager ("" when it names none), as fencedClient.write does: when obj
+// (labels, as the caller gave it) is protected, with the fence in the field
+// manager, "<manager>;fencedlease.io/fence=<N>" (manager, or the client's
+// FieldManager when it names none); otherwise with the field manager as
+// the caller gave it, and once more stamped if the fencing webhook refuses
+// it for its missing fence. send gets the field manager to set ("" for
+// none) and the grant's fence (0 when unstamped).
+func (s *subResourceClient) write(verb string, obj client.Object, labels map[string]string, manager string,
+	send func(fm string, fenceValue int64) error) error {
 	what := s.name + " of " + s.c.describe(obj)
-	g, err := s.c.grant(verb, what)
-	if err != nil {
-		return "", err
-	}
-	if manager == "" {
-		manager = s.c.fieldManager
-	}
-	fm, err := FieldManager(manager, g.Fence)
-	if err != nil {
-		return "", fmt.Errorf("%s %s: %w", verb, what, err)
-	}
-	return client.FieldOwner(fm), nil
+	return s.c.write(verb, what, protected(labels), func(g fence.Grant, stamped bool) error {
+		if !stamped {
+			return send(manager, 0)
+		}
+		if manager == "" {
+			manager = s.c.fieldManager
+		}
+		fm, err := FieldManager(manager, g.Fence)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", verb, what, err)
+		}
+		return send(fm, g.Fence)
+	})
 }
 
-// Create creates the subresource with the fence in the field manager.
+// owner is the option that sets field manager fm, if any.
+func owner[O any](opts []O, fm string, as func(client.FieldOwner) O) []O {
+	if fm == "" {
+		return opts
+	}
+	return append(append([]O{}, opts...), as(client.FieldOwner(fm)))
+}
+
+// Create creates the subresource, with the fence in the field manager if
+// obj is protected.
 func (s *subResourceClient) Create(ctx context.Context, obj, subResource client.Object, opts ...client.SubResourceCreateOption) error {
 	o := (&client.SubResourceCreateOptions{}).ApplyOptions(opts)
-	fm, err := s.fieldOwner("create", obj, o.FieldManager)
-	if err != nil {
-		return err
-	}
-	return s.writer.Create(ctx, obj, subResource, append(opts, fm)...)
+	return s.write("create", obj, obj.GetLabels(), o.FieldManager, func(fm string, _ int64) error {
+		return s.writer.Create(ctx, obj, subResource, owner(opts, fm, func(f client.FieldOwner) client.SubResourceCreateOption { return f })...)
+	})
 }
 
-// Update updates the subresource with the fence in the field manager.
+// Update updates the subresource, with the fence in the field manager if
+// obj is protected.
 func (s *subResourceClient) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 	o := (&client.SubResourceUpdateOptions{}).ApplyOptions(opts)
-	fm, err := s.fieldOwner("update", obj, o.FieldManager)
-	if err != nil {
-		return err
-	}
-	return s.writer.Update(ctx, obj, append(opts, fm)...)
+	return s.write("update", obj, obj.GetLabels(), o.FieldManager, func(fm string, _ int64) error {
+		return s.writer.Update(ctx, obj, owner(opts, fm, func(f client.FieldOwner) client.SubResourceUpdateOption { return f })...)
+	})
 }
 
-// Patch patches the subresource with the fence in the field manager. The
-// patch itself is sent as it is: a subresource write cannot change the
-// object's metadata.
+// Patch patches the subresource, with the fence in the field manager if
+// obj is protected. The patch itself is sent as it is: the fence of a
+// subresource write is in its field manager.
 func (s *subResourceClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 	o := (&client.SubResourcePatchOptions{}).ApplyOptions(opts)
-	fm, err := s.fieldOwner("patch", obj, o.FieldManager)
-	if err != nil {
-		return err
-	}
-	return s.writer.Patch(ctx, obj, patch, append(opts, fm)...)
+	return s.write("patch", obj, obj.GetLabels(), o.FieldManager, func(fm string, _ int64) error {
+		return s.writer.Patch(ctx, obj, patch, owner(opts, fm, func(f client.FieldOwner) client.SubResourcePatchOption { return f })...)
+	})
 }
 
-// Apply applies the subresource with the fence in the field manager.
+// Apply applies the subresource, with the fence in the field manager if
+// the apply configuration is protected (it carries the protected-by label;
+// without it the first apply of a protected object is refused for its
+// missing fence and sent again). A stamped apply that conflicts only with
+// fields this field manager applied under another grant is sent again
+// with force (fencedClient.applyOwning).
 func (s *subResourceClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
 	o := (&client.SubResourceApplyOptions{}).ApplyOpts(opts)
 	u, err := toUnstructured(obj)
 	if err != nil {
 		return err
 	}
-	fm, err := s.fieldOwner("apply", u, o.FieldManager)
-	if err != nil {
-		return err
-	}
-	return s.writer.Apply(ctx, obj, append(opts, fm)...)
+	return s.write("apply", u, u.GetLabels(), o.FieldManager, func(fm string, fenceValue int64) error {
+		send := func(force bool) error {
+			all := owner(opts, fm, func(f client.FieldOwner) client.SubResourceApplyOption { return f })
+			if force {
+				all = append(all, client.ForceOwnership)
+			}
+			return s.writer.Apply(ctx, obj, all...)
+		}
+		if fenceValue == 0 {
+			return send(false)
+		}
+		base, _, _ := strings.Cut(fm, FieldManagerFence)
+		return s.c.applyOwning(fence.Grant{Fence: fenceValue}, base, send)
+	})
 }

@@ -148,10 +148,15 @@ func newFixture(t *testing.T) *fixture {
 	return &fixture{t: t, g: g, ctx: ctx, ns: ns}
 }
 
+// breakGlassUser is the break-glass user of the operator's fencing
+// webhook: a person repairing protected objects (repairClient).
+const breakGlassUser = "repair"
+
 // startOperator runs the operator (controller and webhooks) as its own
 // service account until the test ends.
 func (f *fixture) startOperator() {
-	m, err := testenv.StartManager(f.ctx, operator, testenv.ManagerOptions{Namespace: f.ns, Webhooks: &env.WebhookInstallOptions})
+	m, err := testenv.StartManager(f.ctx, operator, testenv.ManagerOptions{Namespace: f.ns, Webhooks: &env.WebhookInstallOptions,
+		WebhookOptions: setup.WebhookOptions{BreakGlassUsers: []string{breakGlassUser}}})
 	f.g.Expect(err).NotTo(HaveOccurred())
 	f.t.Cleanup(func() { m.Crash(); m.Wait() })
 }

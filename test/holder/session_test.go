@@ -208,3 +208,41 @@ func TestReleaseOnCancel(t *testing.T) {
 	f.g.Consistently(func() bool { return sb.Valid(gb) }).WithTimeout(3 * time.Second).Should(BeTrue())
 	f.g.Expect(f.lease().Annotations[fencingv1alpha1.LeaseAnnotationState]).To(Equal("held"))
 }
+
+// TestSessionLearnsOfARevocationWithItsWatchBlackHoled: renewal Operator,
+// a's session reaches the API server through a proxy that, once a holds,
+// stalls every watch of Leases: the watch stays open and delivers nothing,
+// with no error, while reads still pass. a is then made ineligible and the
+// operator revokes its grant. a's session learns of it though its watch
+// says nothing (the API server ends each watch after the lease duration,
+// 5 s at least, and the session gives up on one that has not ended 2 s
+// later and reads the Lease again): its holder context ends. Before the
+// watch had a bound, a held on for as long as the watch stayed silent.
+func TestSessionLearnsOfARevocationWithItsWatchBlackHoled(t *testing.T) {
+	f := newFixture(t)
+	f.fencedLease(func(fl *fencingv1alpha1.FencedLease) { fl.Spec.Renewal = fencingv1alpha1.RenewalOperator })
+	a := f.readyPod("a", time.Hour)
+	f.readyPod("b", time.Minute)
+	proxy, err := testenv.StartAPIProxy(env.Config)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(proxy.Close)
+	sa := f.session(a, func(c *fence.APIConfig) { c.Host, c.CAData = proxy.Host(), proxy.CAData() })
+	hctx, g, err := sa.HolderContext(f.ctx)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	f.g.Expect(g.HolderRenews).To(BeFalse())
+	f.g.Expect(sa.Renewal()).To(Equal(string(fencingv1alpha1.RenewalOperator)))
+
+	proxy.Stall(testenv.IsWatch("leases"))
+	stalledAt := time.Now()
+	f.g.Expect(testenv.SetContainersNotReady(f.ctx, f.c, a)).To(Succeed())
+	f.g.Eventually(func() string { return f.lease().Annotations[fencingv1alpha1.LeaseAnnotationState] }).
+		WithTimeout(timeout).ShouldNot(Equal("held"), "the operator revokes a's grant")
+	revokedAt := time.Now()
+	f.g.Eventually(hctx.Done()).WithTimeout(timeout).Should(BeClosed(), "a's session learns of the revocation")
+	t.Logf("a's session learned of the revocation %s after it, its watch black-holed %s before it",
+		time.Since(revokedAt).Round(time.Millisecond), revokedAt.Sub(stalledAt).Round(time.Millisecond))
+	f.g.Expect(context.Cause(hctx)).To(MatchError(fence.ErrLost))
+	_, held := sa.Current()
+	f.g.Expect(held).To(BeFalse())
+	f.g.Expect(proxy.Held()).To(BeNumerically(">", 0), "the proxy stalled a's watch")
+}

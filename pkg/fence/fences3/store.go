@@ -23,6 +23,7 @@ type API interface {
 	PutObject(ctx context.Context, in *s3.PutObjectInput, optFns ...func(*s3.Options)) (*s3.PutObjectOutput, error)
 	GetObject(ctx context.Context, in *s3.GetObjectInput, optFns ...func(*s3.Options)) (*s3.GetObjectOutput, error)
 	HeadObject(ctx context.Context, in *s3.HeadObjectInput, optFns ...func(*s3.Options)) (*s3.HeadObjectOutput, error)
+	ListObjectsV2(ctx context.Context, in *s3.ListObjectsV2Input, optFns ...func(*s3.Options)) (*s3.ListObjectsV2Output, error)
 }
 
 // User metadata of a version object (x-amz-meta-...): who wrote it, so that
@@ -31,6 +32,10 @@ const (
 	MetaFence  = "fencedlease-fence"
 	MetaOpID   = "fencedlease-op"
 	MetaSHA256 = "fencedlease-sha256"
+	// MetaBaseSeq is the sequence number of the pointer that the first
+	// attempt of the operation read before it wrote its version: a move by
+	// the operation has a higher one.
+	MetaBaseSeq = "fencedlease-base-seq"
 )
 
 // DefaultAttempts bounds the rounds of Put: moves of the pointer lost to
@@ -59,10 +64,12 @@ func noRetry(o *s3.Options) { o.Retryer = aws.NopRetryer{} }
 //
 // Errors (test them with errors.Is): ErrStale when a higher fence has
 // written key (nothing changed); ErrAlreadyApplied when opID was applied
-// before (nothing changed; treat it as success); ErrUnknownOutcome when a
-// lost reply could not be settled (replay with the same opID);
-// ErrOperationReused, ErrMalformedPointer, ErrContention; or the store's
-// error.
+// before under this fence (nothing changed; treat it as success);
+// ErrUnknownOutcome when a lost reply could not be settled (replay with the
+// same opID and fence); ErrOutcomeLost when a replay cannot be told from a
+// second application any more (nothing changed; the operation may have been
+// applied); ErrOperationReused, ErrMalformedPointer, ErrContention; or the
+// store's error.
 func (s *Store) Put(ctx context.Context, key, opID string, fenceValue int64, body io.ReadSeeker) (Pointer, error) {
 	if key == "" || opID == "" {
 		return Pointer{}, fmt.Errorf("put %q as operation %q: key and operation ID must not be empty", key, opID)
@@ -70,7 +77,7 @@ func (s *Store) Put(ctx context.Context, key, opID string, fenceValue int64, bod
 	if _, err := fence.ParseFence(strconv.FormatInt(fenceValue, 10)); err != nil {
 		return Pointer{}, fmt.Errorf("put %s: %w", key, err)
 	}
-	w := &write{s: s, key: key, opID: opID, fence: fenceValue, body: body, version: VersionKey(key, opID)}
+	w := &write{s: s, key: key, opID: opID, fence: fenceValue, body: body, version: VersionKey(key, opID, fenceValue)}
 	p, err := w.run(ctx)
 	if err != nil {
 		return Pointer{}, fmt.Errorf("put %s/%s with fence %d as operation %q: %w", s.bucket, key, fenceValue, opID, err)

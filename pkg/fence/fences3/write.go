@@ -40,7 +40,14 @@ func (w *write) run(ctx context.Context) (Pointer, error) {
 	if w.sha, err = digest(w.body); err != nil {
 		return Pointer{}, fmt.Errorf("read body: %w", err)
 	}
-	if err := w.putVersion(ctx); err != nil {
+	var baseSeq int64
+	if cur != nil {
+		baseSeq = cur.Seq
+		if err := w.checkEarlierAttempts(ctx, cur); err != nil {
+			return Pointer{}, err
+		}
+	}
+	if err := w.putVersion(ctx, baseSeq); err != nil {
 		return Pointer{}, err
 	}
 	for range w.attempts() {
@@ -64,7 +71,7 @@ func (w *write) run(ctx context.Context) (Pointer, error) {
 				return Pointer{}, fmt.Errorf("%w: move pointer: %w; read back: %w", ErrUnknownOutcome, err, rerr)
 			}
 			switch {
-			case now != nil && now.applied(w.opID):
+			case now != nil && now.applied(w.opID, w.fence):
 				return next, nil
 			case now != nil && !now.remembers(next.Seq):
 				return Pointer{}, fmt.Errorf("%w: move pointer: %w; %d other writes moved it since", ErrUnknownOutcome, err, now.Seq-base.Seq)
@@ -88,29 +95,77 @@ func (w *write) run(ctx context.Context) (Pointer, error) {
 }
 
 // check decides on the current pointer: a replay or a stale fence ends
-// the write.
+// the write. An operation is applied once, under whichever fence, as with
+// fencesql's operations table; but a writer whose own fence is lower than
+// the pointer's is told that it is stale, even when a newer holder applied
+// the same operation: its attempt lost, and the newer holder's content is
+// current.
 func (w *write) check(cur *Pointer) error {
-	switch {
-	case cur == nil:
+	if cur == nil {
 		return nil
-	case cur.applied(w.opID):
+	}
+	f, applied := cur.appliedAt(w.opID)
+	switch {
+	case applied && (f == w.fence || f == 0):
 		return ErrAlreadyApplied
 	case cur.Fence > w.fence:
 		return fmt.Errorf("%w (pointer fence %d, by operation %q)", ErrStale, cur.Fence, cur.OpID)
+	case applied:
+		return fmt.Errorf("%w (with fence %d)", ErrAlreadyApplied, f)
+	}
+	return nil
+}
+
+// checkEarlierAttempts refuses a write of an operation that an earlier
+// attempt, under any fence, may have applied beyond what the pointer cur
+// remembers (cur does not list the operation: check said so). A replay
+// after a new grant has another fence, so its own version key tells
+// nothing of the old grant's attempt: the versions of the operation are
+// listed. When cur remembers every move it ever made, an earlier attempt's
+// move would be listed, and nothing is read.
+func (w *write) checkEarlierAttempts(ctx context.Context, cur *Pointer) error {
+	if cur.remembers(1) {
+		return nil
+	}
+	prefix := versionPrefix(w.key, w.opID)
+	out, err := w.s.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(w.s.bucket), Prefix: aws.String(prefix)})
+	if err != nil {
+		return fmt.Errorf("list the earlier attempts of the operation: %w", err)
+	}
+	for _, o := range out.Contents {
+		k := aws.ToString(o.Key)
+		head, err := w.s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(w.s.bucket), Key: aws.String(k)})
+		if statusOf(err) == 404 {
+			continue // expired by a lifecycle rule meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("read earlier attempt %s: %w", k, err)
+		}
+		if head.Metadata[MetaOpID] != w.opID {
+			continue
+		}
+		since, _ := strconv.ParseInt(head.Metadata[MetaBaseSeq], 10, 64)
+		if !cur.remembers(since + 1) {
+			return fmt.Errorf("version %s was written by an earlier attempt after move %d of the pointer, which remembers only moves %d to %d: %w",
+				k, since, cur.Seq-RecentOps, cur.Seq, ErrOutcomeLost)
+		}
 	}
 	return nil
 }
 
 // putVersion writes the immutable version object, once: if an earlier
-// attempt of this operation wrote it, that one is kept.
-func (w *write) putVersion(ctx context.Context) error {
+// attempt of this operation under this fence wrote it, that one is kept
+// (checkEarlierAttempts has made sure that it did not move the pointer).
+// The version records baseSeq, the move of the pointer read before it.
+func (w *write) putVersion(ctx context.Context, baseSeq int64) error {
 	for range w.attempts() {
 		if _, err := w.body.Seek(0, io.SeekStart); err != nil {
 			return fmt.Errorf("rewind body: %w", err)
 		}
 		_, err := w.s.client.PutObject(ctx, &s3.PutObjectInput{
 			Bucket: aws.String(w.s.bucket), Key: aws.String(w.version), Body: w.body, IfNoneMatch: aws.String("*"),
-			Metadata: map[string]string{MetaFence: strconv.FormatInt(w.fence, 10), MetaOpID: w.opID, MetaSHA256: w.sha},
+			Metadata: map[string]string{MetaFence: strconv.FormatInt(w.fence, 10), MetaOpID: w.opID, MetaSHA256: w.sha,
+				MetaBaseSeq: strconv.FormatInt(baseSeq, 10)},
 		}, noRetry)
 		switch classify(err) {
 		case applied:
