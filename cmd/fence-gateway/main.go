@@ -37,6 +37,10 @@ type flags struct {
 	tokenTTL        time.Duration
 	tokenCache      int
 	unknownTokens   float64
+	keyLockTimeout  time.Duration
+	grantMaxAge     time.Duration
+	bodyIdle        time.Duration
+	bodyTimeout     time.Duration
 	reviewTimeout   time.Duration
 	maxInFlight     int
 	upstreamTimeout time.Duration
@@ -61,6 +65,10 @@ func parseFlags() (flags, zap.Options) {
 	flag.IntVar(&f.tokenCache, "token-review-cache-size", 4096, "How many accepted TokenReview answers are kept at most (rejected ones are kept apart, 1024 at most, so that random tokens never evict a holder's).")
 	flag.Float64Var(&f.unknownTokens, "unknown-tokens-per-second", 20, "How many tokens with no remembered answer are reviewed a second per client address (burst: twice that); beyond it the answer is 503 SlowDown.")
 	flag.DurationVar(&f.reviewTimeout, "token-review-timeout", 5*time.Second, "The longest one TokenReview may take.")
+	flag.DurationVar(&f.keyLockTimeout, "key-lock-timeout", gateway.DefaultKeyLockTimeout, "The longest a write waits for another write to the same key in this replica (then 503 SlowDown); a newer grant's write never waits for an older one's upload.")
+	flag.DurationVar(&f.grantMaxAge, "grant-max-age", gateway.DefaultGrantMaxAge, "The oldest the grant read that admitted a write may be when the write's last byte goes to the store; an older one is read again first.")
+	flag.DurationVar(&f.bodyIdle, "body-idle-timeout", gateway.DefaultBodyIdleTimeout, "The longest a request body may send nothing (then RequestTimeout, nothing written); negative: no limit.")
+	flag.DurationVar(&f.bodyTimeout, "body-timeout", gateway.DefaultBodyTimeout, "The longest a request body may take from the request's arrival; negative: no limit.")
 	flag.IntVar(&f.maxInFlight, "max-in-flight", gateway.DefaultMaxInFlight, "Requests served at once; more are answered 503 SlowDown.")
 	flag.DurationVar(&f.upstreamTimeout, "upstream-response-timeout", 30*time.Second, "How long to wait for the store's response headers.")
 	opts := zap.Options{}
@@ -133,6 +141,7 @@ func run(f flags) error {
 		Grants:   &gateway.GrantReader{Kube: kube, Client: reader, FencedLeaseTTL: 30 * time.Second, MaxFencedLeases: 4096},
 		Recorder: broadcaster.NewRecorder(setup.Scheme(), "fence-gateway"),
 		Metrics:  metrics, Log: log, MaxInFlight: f.maxInFlight,
+		KeyLockTimeout: f.keyLockTimeout, GrantMaxAge: f.grantMaxAge, BodyIdleTimeout: f.bodyIdle, BodyTimeout: f.bodyTimeout,
 	})
 	srv := &http.Server{Addr: f.listen, Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	// Listen before saying so: a client that waits for the line finds the
