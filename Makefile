@@ -168,6 +168,14 @@ holder-bench: control-plane ## Run the holder-renewal proofs and print their num
 # make bench-storage: what the fence gateway adds to a PUT and a GET (p50,
 # p99) against going to the S3 server directly (docs/storage.md; under a
 # minute).
+# make chaos-storage: the storage chaos run (TestConcurrentWriters) for
+# STORAGE_CHAOS_DURATION (20m): 8 writer processes, two gateway replicas,
+# pauses, handovers, deletions, aliases, paused bodies and replays.
+STORAGE_CHAOS_DURATION ?= 20m
+.PHONY: chaos-storage
+chaos-storage: control-plane $(VERSITYGW) ## Run the storage chaos for STORAGE_CHAOS_DURATION (20m), every write checked.
+	STORAGE_CHAOS_DURATION=$(STORAGE_CHAOS_DURATION) go test -count=1 -v -timeout 2h -run '^TestConcurrentWriters$$' ./test/storage/
+
 .PHONY: bench-storage
 bench-storage: control-plane $(VERSITYGW) ## Measure what the fence gateway adds to S3 PUTs and GETs.
 	go test -tags bench -count=1 -v -run '^TestGatewayLatency$$' ./test/storage/

@@ -36,6 +36,12 @@ type flags struct {
 	audiences       stringList
 	tokenTTL        time.Duration
 	tokenCache      int
+	unknownTokens   float64
+	keyLockTimeout  time.Duration
+	grantMaxAge     time.Duration
+	bodyIdle        time.Duration
+	bodyTimeout     time.Duration
+	reviewTimeout   time.Duration
 	maxInFlight     int
 	upstreamTimeout time.Duration
 }
@@ -56,7 +62,13 @@ func parseFlags() (flags, zap.Options) {
 	flag.StringVar(&f.region, "upstream-region", "us-east-1", "Region the upstream requests are signed for.")
 	flag.Var(&f.audiences, "token-audience", "An audience the callers' tokens must be issued for (repeatable); none accepts the API server's own.")
 	flag.DurationVar(&f.tokenTTL, "token-review-ttl", 10*time.Second, "How long a TokenReview's answer is reused for the same token.")
-	flag.IntVar(&f.tokenCache, "token-review-cache-size", 4096, "How many TokenReview answers are kept at most.")
+	flag.IntVar(&f.tokenCache, "token-review-cache-size", 4096, "How many accepted TokenReview answers are kept at most (rejected ones are kept apart, 1024 at most, so that random tokens never evict a holder's).")
+	flag.Float64Var(&f.unknownTokens, "unknown-tokens-per-second", 20, "How many tokens with no remembered answer are reviewed a second per client address (burst: twice that); beyond it the answer is 503 SlowDown.")
+	flag.DurationVar(&f.reviewTimeout, "token-review-timeout", 5*time.Second, "The longest one TokenReview may take.")
+	flag.DurationVar(&f.keyLockTimeout, "key-lock-timeout", gateway.DefaultKeyLockTimeout, "The longest a write waits for another write to the same key in this replica (then 503 SlowDown); a newer grant's write never waits for an older one's upload.")
+	flag.DurationVar(&f.grantMaxAge, "grant-max-age", gateway.DefaultGrantMaxAge, "The oldest the grant read that admitted a write may be when the write's last byte goes to the store; an older one is read again first.")
+	flag.DurationVar(&f.bodyIdle, "body-idle-timeout", gateway.DefaultBodyIdleTimeout, "The longest a request body may send nothing (then RequestTimeout, nothing written); negative: no limit.")
+	flag.DurationVar(&f.bodyTimeout, "body-timeout", gateway.DefaultBodyTimeout, "The longest a request body may take from the request's arrival; negative: no limit.")
 	flag.IntVar(&f.maxInFlight, "max-in-flight", gateway.DefaultMaxInFlight, "Requests served at once; more are answered 503 SlowDown.")
 	flag.DurationVar(&f.upstreamTimeout, "upstream-response-timeout", 30*time.Second, "How long to wait for the store's response headers.")
 	opts := zap.Options{}
@@ -124,10 +136,12 @@ func run(f flags) error {
 	handler := gateway.New(gateway.Options{
 		Config:   cfg,
 		Upstream: up,
-		Reviewer: &gateway.TokenReviewer{Client: kube, Audiences: f.audiences, TTL: f.tokenTTL, Max: f.tokenCache},
+		Reviewer: &gateway.TokenReviewer{Client: kube, Audiences: f.audiences, TTL: f.tokenTTL, MaxAccepted: f.tokenCache,
+			UnknownPerSecond: f.unknownTokens, UnknownBurst: int(2 * f.unknownTokens), Timeout: f.reviewTimeout, Metrics: metrics},
 		Grants:   &gateway.GrantReader{Kube: kube, Client: reader, FencedLeaseTTL: 30 * time.Second, MaxFencedLeases: 4096},
 		Recorder: broadcaster.NewRecorder(setup.Scheme(), "fence-gateway"),
 		Metrics:  metrics, Log: log, MaxInFlight: f.maxInFlight,
+		KeyLockTimeout: f.keyLockTimeout, GrantMaxAge: f.grantMaxAge, BodyIdleTimeout: f.bodyIdle, BodyTimeout: f.bodyTimeout,
 	})
 	srv := &http.Server{Addr: f.listen, Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	// Listen before saying so: a client that waits for the line finds the

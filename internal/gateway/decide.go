@@ -71,11 +71,15 @@ const (
 	ReasonBadRequest      Reason = "bad_request"
 	ReasonLeaseReadError  Reason = "lease_read_error"
 	ReasonAuthError       Reason = "authentication_error"
+	ReasonTooManyTokens   Reason = "too_many_tokens"
 	ReasonUpstreamError   Reason = "upstream_error"
 	ReasonContention      Reason = "contention"
 	ReasonOverloaded      Reason = "overloaded"
 	ReasonUpstreamAnswer  Reason = "upstream_answer"
 	ReasonMissingResource Reason = "not_found"
+	ReasonBadPath         Reason = "bad_path"
+	ReasonSuperseded      Reason = "superseded"
+	ReasonBadBody         Reason = "bad_body"
 )
 
 // S3 error codes of the gateway's own rejections (besides S3's AccessDenied,
@@ -96,6 +100,9 @@ const (
 	CodeSlowDown        = "SlowDown"
 	CodePrecondition    = "PreconditionFailed"
 	CodeInvalidArgument = "InvalidArgument"
+	CodeInvalidURI      = "InvalidURI"
+	CodeInvalidRequest  = "InvalidRequest"
+	CodeNoSuchKey       = "NoSuchKey"
 )
 
 // Decision is the answer to a request.
@@ -195,4 +202,15 @@ func CheckStored(w Write, f int64, stored string) Decision {
 		return d
 	}
 	return Decision{Allowed: true, Reason: ReasonHolder, Fence: f}
+}
+
+// Superseded is the answer to a write of fence f whose upload was aborted
+// because a write of a newer grant (fence newer, admitted on the Lease read
+// from the API server) arrived for the same key: the newer holder's write
+// does not wait behind a stale upload, and the stale one is not written.
+func Superseded(w Write, f, newer int64) Decision {
+	d := deny(http.StatusForbidden, CodeStaleFence, ReasonSuperseded,
+		"write to %s with fence %d denied: a write with fence %d, a newer grant of FencedLease %s, arrived while it was in flight (nothing was written)", w, f, newer, w.Route)
+	d.Fence, d.StaleWrite = f, true
+	return d
 }

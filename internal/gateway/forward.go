@@ -1,18 +1,13 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/xml"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // readHeaders are the request headers a read forwards.
@@ -37,26 +32,65 @@ func copyHeaders(dst, src http.Header, names []string) {
 	}
 }
 
-// userMetadata copies x-amz-meta-* headers, except the gateway's own.
+// userMetadata copies x-amz-meta-* headers, except the gateway's own
+// (x-amz-meta-fencedlease-*): a caller cannot forge a fence or a tombstone.
 func userMetadata(dst, src http.Header) {
 	for k, v := range src {
-		if strings.HasPrefix(k, "X-Amz-Meta-") && !strings.EqualFold(k, HeaderMetaFence) {
+		if strings.HasPrefix(k, "X-Amz-Meta-") && !strings.HasPrefix(strings.ToLower(k), "x-amz-meta-fencedlease-") {
 			dst[k] = v
 		}
 	}
 }
 
-// read forwards a GET or HEAD, signed by the gateway.
+// read forwards a GET or HEAD, signed by the gateway. A tombstone is
+// answered as absent, and a listing leaves tombstones out.
 func (x *exchange) read(ctx context.Context) {
 	h := http.Header{}
 	copyHeaders(h, x.r.Header, readHeaders)
-	resp, err := x.s.o.Upstream.Do(ctx, x.r.Method, x.r.URL.EscapedPath(), x.r.URL.RawQuery, h, nil, 0)
+	resp, err := x.s.o.Upstream.Do(ctx, x.r.Method, x.op.Path(), x.r.URL.RawQuery, h, nil, 0)
 	if err != nil {
 		x.fail(http.StatusBadGateway, CodeUnavailable, ReasonUpstreamError, "the store did not answer: "+err.Error())
 		return
 	}
+	if x.op.Kind == ReadObject && isTombstone(resp.Header) {
+		_ = resp.Body.Close()
+		x.fail(http.StatusNotFound, CodeNoSuchKey, ReasonMissingResource, "the object "+x.op.Bucket+"/"+x.op.Key+" does not exist (it was deleted)")
+		return
+	}
 	x.ended = &answer{resultAllowed, ReasonRead}
+	if x.op.Kind == ListBucket && x.r.Method == http.MethodGet && resp.StatusCode == http.StatusOK {
+		x.relayListing(ctx, resp)
+		return
+	}
 	relay(x.w, resp)
+}
+
+// relayListing sends a listing without its tombstones.
+func (x *exchange) relayListing(ctx context.Context, resp *http.Response) {
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxListing+1))
+	if err == nil && len(body) > maxListing {
+		x.fail(http.StatusBadGateway, CodeUnavailable, ReasonUpstreamError, "the store's listing is larger than the gateway reads; ask for fewer keys (max-keys)")
+		return
+	}
+	if err == nil {
+		urlKeys := x.r.URL.Query().Get("encoding-type") == "url"
+		body, err = filterListing(body, urlKeys, func(key, versionID, etag string) (bool, error) {
+			return x.classifyETag(ctx, key, versionID, etag)
+		})
+	}
+	if err != nil {
+		x.fail(http.StatusBadGateway, CodeUnavailable, ReasonUpstreamError, "the store's listing could not be read: "+err.Error())
+		return
+	}
+	for k, v := range resp.Header {
+		if k == "Connection" || k == "Keep-Alive" || k == "Transfer-Encoding" || k == "Content-Length" {
+			continue
+		}
+		x.w.Header()[k] = v
+	}
+	x.w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(x.w, bytes.NewReader(body))
 }
 
 // relay sends the store's answer back.
@@ -72,102 +106,6 @@ func relay(w http.ResponseWriter, resp *http.Response) {
 	_, _ = io.Copy(w, resp.Body)
 }
 
-// write admits a fenced write, then makes it conditional on the object's
-// ETag after checking the fence stored with the object.
-func (x *exchange) write(ctx context.Context, caller Caller) {
-	op := x.op
-	route, ok := x.s.o.Config.Route(op.Bucket, op.Key)
-	if !ok {
-		x.fail(http.StatusForbidden, CodeAccessDenied, ReasonNoRoute, "no route for "+op.Bucket+"/"+op.Key+": the gateway fences only routed keys")
-		return
-	}
-	if op.Kind == CopyObject {
-		src, ok := x.s.o.Config.Route(op.SourceBucket, op.SourceKey)
-		if !ok || src.Namespace != caller.Namespace {
-			x.fail(http.StatusForbidden, CodeAccessDenied, ReasonNoRoute,
-				"copy source "+op.SourceBucket+"/"+op.SourceKey+" is not readable by user "+caller.Username+" through the gateway")
-			return
-		}
-	}
-	wr := Write{Route: route, Bucket: op.Bucket, Key: op.Key}
-	// The grant is read once the key is this request's: a write that waited
-	// for another is judged on the grant as it is now.
-	unlock := x.s.locks.lock(op.Bucket + "/" + op.Key)
-	defer unlock()
-	grant, fl, grantErr, err := x.s.o.Grants.Read(ctx, route)
-	if err != nil {
-		x.fail(http.StatusServiceUnavailable, CodeUnavailable, ReasonLeaseReadError, "cannot read FencedLease "+route.String()+": "+err.Error())
-		return
-	}
-	d := x.s.o.Rules.Admit(wr, caller, x.r.Header.Get(HeaderFence), grant, grantErr)
-	if !d.Allowed {
-		x.deny(d)
-		x.report(d, fl)
-		return
-	}
-	x.log = x.log.WithValues("fencedLease", route.String(), "fence", d.Fence)
-	path := x.r.URL.EscapedPath()
-	for range x.s.o.Attempts {
-		st, err := x.s.o.Upstream.Head(ctx, path)
-		if err != nil {
-			x.fail(http.StatusBadGateway, CodeUnavailable, ReasonUpstreamError, "cannot read "+wr.String()+" from the store: "+err.Error())
-			return
-		}
-		if d := x.s.o.Rules.CheckStored(wr, d.Fence, st.Fence); !d.Allowed {
-			x.deny(d)
-			x.report(d, fl)
-			return
-		}
-		if msg := callerPreconditions(x.r.Header, st); msg != "" {
-			x.fail(http.StatusPreconditionFailed, CodePrecondition, ReasonPrecondition, wr.String()+": "+msg)
-			return
-		}
-		resp, retry, err := x.send(ctx, path, st, d.Fence)
-		if err != nil {
-			var he *httpError
-			if errors.As(err, &he) {
-				x.fail(he.status, he.code, he.reason, he.msg)
-				return
-			}
-			x.fail(http.StatusBadGateway, CodeUnavailable, ReasonUpstreamError,
-				"the store did not answer the write to "+wr.String()+" (its outcome is unknown: read the object back): "+err.Error())
-			return
-		}
-		if resp == nil {
-			// A DELETE of an absent object: done.
-			x.ended = &answer{resultAllowed, ReasonHolder}
-			x.w.WriteHeader(http.StatusNoContent)
-			return
-		}
-		if resp.StatusCode == http.StatusPreconditionFailed || resp.StatusCode == http.StatusConflict {
-			_ = resp.Body.Close()
-			if m := x.s.o.Metrics; m != nil {
-				m.conflicts.Inc()
-			}
-			if retry {
-				continue
-			}
-			x.fail(http.StatusServiceUnavailable, CodeSlowDown, ReasonContention,
-				"another writer changed "+wr.String()+" while this write was sent; send it again")
-			return
-		}
-		if resp.StatusCode < 300 {
-			x.ended = &answer{resultAllowed, ReasonHolder}
-		} else {
-			x.ended = &answer{resultError, ReasonUpstreamAnswer}
-		}
-		if x.op.Kind == CopyObject && resp.StatusCode < 300 {
-			_ = resp.Body.Close()
-			copyResult(x.w, resp)
-			return
-		}
-		relay(x.w, resp)
-		return
-	}
-	x.fail(http.StatusServiceUnavailable, CodeSlowDown, ReasonContention,
-		fmt.Sprintf("other writers kept changing %s (%d attempts); send it again", wr, x.s.o.Attempts))
-}
-
 // httpError is a refusal found while preparing the upstream request.
 type httpError struct {
 	status int
@@ -179,18 +117,20 @@ type httpError struct {
 func (e *httpError) Error() string { return e.msg }
 
 // callerPreconditions evaluates the caller's own If-Match and If-None-Match
-// against the object the gateway read; the gateway's conditional write then
-// holds them atomically. It returns why they fail, or "".
+// against the object the gateway read (a tombstone is no object); the
+// gateway's conditional write then holds them atomically. It returns why
+// they fail, or "".
 func callerPreconditions(h http.Header, st objectState) string {
+	present := st.Present()
 	if v := h.Get("If-None-Match"); v != "" {
-		if v == "*" && st.Exists {
+		if v == "*" && present {
 			return "If-None-Match: * but the object exists"
 		}
-		if v != "*" && st.Exists && sameETag(v, st.ETag) {
+		if v != "*" && present && sameETag(v, st.ETag) {
 			return "If-None-Match " + v + " matches the object"
 		}
 	}
-	if v := h.Get("If-Match"); v != "" && (!st.Exists || (v != "*" && !sameETag(v, st.ETag))) {
+	if v := h.Get("If-Match"); v != "" && (!present || (v != "*" && !sameETag(v, st.ETag))) {
 		return "If-Match " + v + " does not match the object"
 	}
 	return ""
@@ -198,75 +138,14 @@ func callerPreconditions(h http.Header, st objectState) string {
 
 func sameETag(a, b string) bool { return strings.Trim(a, `"`) == strings.Trim(b, `"`) }
 
-// condition makes a write conditional on the object the gateway read.
+// condition makes a write conditional on the object the gateway read, a
+// tombstone included.
 func condition(h http.Header, st objectState) {
 	if st.Exists {
 		h.Set("If-Match", st.ETag)
 	} else {
 		h.Set("If-None-Match", "*")
 	}
-}
-
-// send makes the conditional write. retry says whether a lost precondition
-// may be retried here (the request body was not consumed). A nil response
-// with no error is a DELETE of an absent object, which needs no write.
-func (x *exchange) send(ctx context.Context, path string, st objectState, f int64) (*http.Response, bool, error) {
-	h := http.Header{}
-	switch x.op.Kind {
-	case DeleteObject:
-		if !st.Exists {
-			return nil, false, nil
-		}
-		condition(h, st)
-		resp, err := x.s.o.Upstream.Do(ctx, http.MethodDelete, path, "", h, nil, 0)
-		return resp, true, err
-	case CopyObject:
-		return x.copy(ctx, path, st, f)
-	}
-	body, length, err := requestBody(x.r)
-	if err != nil {
-		return nil, false, err
-	}
-	copyHeaders(h, x.r.Header, contentHeaders)
-	copyHeaders(h, x.r.Header, writeHeaders)
-	userMetadata(h, x.r.Header)
-	if ce := contentEncoding(x.r.Header.Get("Content-Encoding")); ce != "" {
-		h.Set("Content-Encoding", ce)
-	}
-	if x.r.Header.Get("X-Amz-Trailer") == "" {
-		for k, v := range x.r.Header {
-			if strings.HasPrefix(k, "X-Amz-Checksum-") {
-				h[k] = v
-			}
-		}
-	}
-	h.Set(HeaderMetaFence, record.FormatFence(f))
-	condition(h, st)
-	cr := &countingReader{r: body}
-	var rd io.Reader = cr
-	if length == 0 {
-		rd = http.NoBody
-	}
-	resp, err := x.s.o.Upstream.Do(ctx, http.MethodPut, path, "", h, rd, length)
-	return resp, cr.n == 0, err
-}
-
-// requestBody is a PUT's content and length: an aws-chunked body is
-// decoded (the gateway re-signs the request, so chunk signatures cannot be
-// forwarded).
-func requestBody(r *http.Request) (io.Reader, int64, error) {
-	if isAWSChunked(r.Header.Get("X-Amz-Content-Sha256"), r.Header.Get("Content-Encoding")) {
-		n, err := strconv.ParseInt(r.Header.Get("X-Amz-Decoded-Content-Length"), 10, 64)
-		if err != nil || n < 0 {
-			return nil, 0, &httpError{http.StatusLengthRequired, "MissingContentLength", ReasonBadRequest,
-				"an aws-chunked body needs a valid x-amz-decoded-content-length"}
-		}
-		return io.LimitReader(newDechunker(r.Body), n), n, nil
-	}
-	if r.ContentLength < 0 {
-		return nil, 0, &httpError{http.StatusLengthRequired, "MissingContentLength", ReasonBadRequest, "a PUT needs a Content-Length"}
-	}
-	return r.Body, r.ContentLength, nil
 }
 
 // contentEncoding drops aws-chunked from a Content-Encoding.
@@ -278,71 +157,6 @@ func contentEncoding(v string) string {
 		}
 	}
 	return strings.Join(out, ",")
-}
-
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
-}
-
-// copy writes the source object's content to the destination with a
-// conditional PUT: the store's own copy cannot be made conditional on the
-// destination's ETag everywhere, so the gateway streams it.
-func (x *exchange) copy(ctx context.Context, path string, st objectState, f int64) (*http.Response, bool, error) {
-	srcPath := "/" + escapeSegments(x.op.SourceBucket) + "/" + escapeSegments(x.op.SourceKey)
-	sh := http.Header{}
-	for _, n := range []string{"If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since"} {
-		if v := x.r.Header.Get("X-Amz-Copy-Source-" + n); v != "" {
-			sh.Set(n, v)
-		}
-	}
-	src, err := x.s.o.Upstream.Do(ctx, http.MethodGet, srcPath, "", sh, nil, 0)
-	if err != nil {
-		return nil, false, err
-	}
-	if src.StatusCode != http.StatusOK {
-		_ = src.Body.Close()
-		code, reason := "NoSuchKey", ReasonMissingResource
-		if src.StatusCode == http.StatusPreconditionFailed || src.StatusCode == http.StatusNotModified {
-			code, reason = CodePrecondition, ReasonPrecondition
-		}
-		return nil, false, &httpError{src.StatusCode, code, reason,
-			fmt.Sprintf("copy source %s/%s: the store answered %s", x.op.SourceBucket, x.op.SourceKey, src.Status)}
-	}
-	defer src.Body.Close()
-	h := http.Header{}
-	if strings.EqualFold(x.r.Header.Get("X-Amz-Metadata-Directive"), "REPLACE") {
-		copyHeaders(h, x.r.Header, contentHeaders)
-		userMetadata(h, x.r.Header)
-	} else {
-		copyHeaders(h, src.Header, contentHeaders)
-		copyHeaders(h, src.Header, []string{"Content-Encoding"})
-		userMetadata(h, src.Header)
-	}
-	copyHeaders(h, x.r.Header, writeHeaders)
-	h.Set(HeaderMetaFence, record.FormatFence(f))
-	condition(h, st)
-	var body io.Reader = src.Body
-	if src.ContentLength == 0 {
-		body = http.NoBody
-	}
-	resp, err := x.s.o.Upstream.Do(ctx, http.MethodPut, path, "", h, body, src.ContentLength)
-	return resp, true, err
-}
-
-// escapeSegments escapes each /-separated segment of a key for a URL path.
-func escapeSegments(s string) string {
-	parts := strings.Split(s, "/")
-	for i, p := range parts {
-		parts[i] = url.PathEscape(p)
-	}
-	return strings.Join(parts, "/")
 }
 
 // copyObjectResult is the body of a CopyObject answer.

@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -16,7 +18,9 @@ import (
 
 // Reviewer authenticates a token.
 type Reviewer interface {
-	Review(ctx context.Context, token string) (Caller, error)
+	// Review authenticates token, sent from source (the client's
+	// address).
+	Review(ctx context.Context, token, source string) (Caller, error)
 }
 
 // Grants reads the committed grant of a route's FencedLease from the API
@@ -38,8 +42,12 @@ var DefaultRules = Rules{Admit: Admit, CheckStored: CheckStored}
 
 // Defaults of Options.
 const (
-	DefaultMaxInFlight = 512
-	DefaultAttempts    = 5
+	DefaultMaxInFlight     = 512
+	DefaultAttempts        = 5
+	DefaultKeyLockTimeout  = 30 * time.Second
+	DefaultGrantMaxAge     = 100 * time.Millisecond
+	DefaultBodyIdleTimeout = 30 * time.Second
+	DefaultBodyTimeout     = 15 * time.Minute
 )
 
 // Options configure a Server.
@@ -59,15 +67,27 @@ type Options struct {
 	// Attempts bounds the rounds of a conditional write that loses its
 	// precondition to another writer; DefaultAttempts when 0.
 	Attempts int
+	// KeyLockTimeout bounds the wait for another write to the same key in
+	// this process (503 SlowDown after it); DefaultKeyLockTimeout when 0.
+	KeyLockTimeout time.Duration
+	// GrantMaxAge is the oldest a grant read may be when a write's last
+	// byte goes to the store; an older one is read again first.
+	// DefaultGrantMaxAge when 0.
+	GrantMaxAge time.Duration
+	// BodyIdleTimeout is the longest a request body may send nothing,
+	// BodyTimeout the longest it may take from the request's arrival;
+	// the defaults when 0, none when negative.
+	BodyIdleTimeout, BodyTimeout time.Duration
 	// Rules are DefaultRules when zero.
 	Rules Rules
 }
 
 // Server is the gateway's HTTP handler.
 type Server struct {
-	o     Options
-	locks keyLocks
-	sem   chan struct{}
+	o          Options
+	locks      keyLocks
+	sem        chan struct{}
+	tombstones *tombstoneETags
 }
 
 // New returns a Server.
@@ -78,10 +98,25 @@ func New(o Options) *Server {
 	if o.Attempts <= 0 {
 		o.Attempts = DefaultAttempts
 	}
+	o.KeyLockTimeout = orDefault(o.KeyLockTimeout, DefaultKeyLockTimeout)
+	o.GrantMaxAge = orDefault(o.GrantMaxAge, DefaultGrantMaxAge)
+	o.BodyIdleTimeout = orDefault(o.BodyIdleTimeout, DefaultBodyIdleTimeout)
+	o.BodyTimeout = orDefault(o.BodyTimeout, DefaultBodyTimeout)
 	if o.Rules.Admit == nil || o.Rules.CheckStored == nil {
 		o.Rules = DefaultRules
 	}
-	return &Server{o: o, sem: make(chan struct{}, o.MaxInFlight)}
+	return &Server{o: o, sem: make(chan struct{}, o.MaxInFlight), tombstones: newTombstoneETags(4096)}
+}
+
+// orDefault is d when v is 0, and no limit (0) when v is negative.
+func orDefault(v, d time.Duration) time.Duration {
+	switch {
+	case v == 0:
+		return d
+	case v < 0:
+		return 0
+	}
+	return v
 }
 
 // KeysInFlight is how many keys have a write in flight (for tests of the
@@ -103,6 +138,13 @@ type exchange struct {
 	op    Op
 	log   logr.Logger
 	ended *answer
+	start time.Time
+	// body is the request body as a write reads it (clientBody), ahead
+	// its part read while the write waited for its key.
+	body  *countingReader
+	ahead *readAhead
+	// interrupted stops the reading of the body (interruptBody).
+	interrupted atomic.Bool
 }
 
 func (x *exchange) fail(status int, code string, reason Reason, msg string) {
@@ -120,7 +162,7 @@ func (x *exchange) deny(d Decision) { x.fail(d.Status, d.Code, d.Reason, d.Messa
 // ServeHTTP serves one S3 request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	x := &exchange{s: s, w: w, r: r, id: requestID(), op: Classify(r)}
+	x := &exchange{s: s, w: w, r: r, id: requestID(), op: Classify(r), start: start}
 	x.log = s.o.Log.WithValues("requestID", x.id, "method", r.Method, "bucket", x.op.Bucket, "key", x.op.Key)
 	select {
 	case s.sem <- struct{}{}:
@@ -143,8 +185,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (x *exchange) serve(ctx context.Context) {
 	op := x.op
-	if op.Kind == Unsupported {
+	switch op.Kind {
+	case Unsupported:
 		x.fail(http.StatusNotImplemented, CodeNotImplemented, ReasonUnsupported, op.Why)
+		return
+	case Invalid:
+		x.fail(http.StatusBadRequest, op.Code, ReasonBadPath, op.Why)
 		return
 	}
 	token := x.r.Header.Get(HeaderToken)
@@ -153,8 +199,12 @@ func (x *exchange) serve(ctx context.Context) {
 			"the request carries no "+HeaderToken+" header: send the pod's service-account token")
 		return
 	}
-	caller, err := x.s.o.Reviewer.Review(ctx, token)
+	caller, err := x.s.o.Reviewer.Review(ctx, token, clientAddress(x.r))
 	if err != nil {
+		if errors.Is(err, errTooManyTokens) {
+			x.fail(http.StatusServiceUnavailable, CodeSlowDown, ReasonTooManyTokens, "cannot authenticate the token: "+err.Error())
+			return
+		}
 		if errors.Is(err, errUnauthenticated) {
 			x.fail(http.StatusForbidden, CodeInvalidToken, ReasonInvalidToken, "the "+HeaderToken+" token is not valid: "+err.Error())
 			return
@@ -202,4 +252,14 @@ func requestID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// clientAddress is the address the request came from (the connection's,
+// never a header a client can set).
+func clientAddress(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }

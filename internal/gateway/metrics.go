@@ -17,7 +17,7 @@ const (
 // Values of the operation label: one per Kind.
 var operationNames = map[Kind]string{
 	Unsupported: "unsupported", ReadObject: "read", ListBucket: "list",
-	PutObject: "put", CopyObject: "copy", DeleteObject: "delete",
+	PutObject: "put", CopyObject: "copy", DeleteObject: "delete", Invalid: "invalid",
 }
 
 // Metrics are the gateway's Prometheus collectors. Every label value comes
@@ -27,6 +27,9 @@ type Metrics struct {
 	duration  *prometheus.HistogramVec
 	conflicts prometheus.Counter
 	inFlight  prometheus.Gauge
+	grantAge  prometheus.Histogram
+	rechecks  prometheus.Counter
+	reviews   *prometheus.CounterVec
 }
 
 // NewMetrics registers the collectors with reg.
@@ -34,7 +37,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencedlease_gateway_requests_total",
-			Help: "Requests to the fence gateway by operation (read, list, put, copy, delete, unsupported), result (allowed, denied, error) and reason.",
+			Help: "Requests to the fence gateway by operation (read, list, put, copy, delete, unsupported, invalid), result (allowed, denied, error) and reason.",
 		}, []string{"operation", "result", "reason"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fencedlease_gateway_request_duration_seconds",
@@ -49,6 +52,19 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "fencedlease_gateway_requests_in_flight",
 			Help: "Requests the fence gateway is serving now.",
 		}),
+		grantAge: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fencedlease_gateway_grant_age_at_commit_seconds",
+			Help:    "Age of the grant read that admitted a write when the write's last byte went to the store (at most --grant-max-age: an older one is read again).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12),
+		}),
+		rechecks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fencedlease_gateway_grant_rechecks_total",
+			Help: "Writes whose grant was read again before their last byte went to the store, because the first read was older than --grant-max-age.",
+		}),
+		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencedlease_gateway_token_reviews_total",
+			Help: "TokenReviews the fence gateway sent to the API server, by outcome (accepted, rejected, error); tokens answered from memory or over their source's budget send none.",
+		}, []string{"outcome"}),
 	}
 	var err error
 	if m.decisions, err = register(reg, m.decisions); err != nil {
@@ -61,6 +77,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	if m.inFlight, err = register(reg, m.inFlight); err != nil {
+		return nil, err
+	}
+	if m.grantAge, err = register(reg, m.grantAge); err != nil {
+		return nil, err
+	}
+	if m.reviews, err = register(reg, m.reviews); err != nil {
+		return nil, err
+	}
+	if m.rechecks, err = register(reg, m.rechecks); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -88,4 +113,12 @@ func (m *Metrics) observe(k Kind, result string, reason Reason, took time.Durati
 	op := operationNames[k]
 	m.decisions.WithLabelValues(op, result, string(reason)).Inc()
 	m.duration.WithLabelValues(op, result).Observe(took.Seconds())
+}
+
+// Reviewed counts a TokenReview sent, by outcome (accepted, rejected,
+// error); nil-safe.
+func (m *Metrics) Reviewed(outcome string) {
+	if m != nil {
+		m.reviews.WithLabelValues(outcome).Inc()
+	}
 }

@@ -1,8 +1,8 @@
 package gateway
 
 import (
+	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 )
 
@@ -40,6 +40,9 @@ const (
 	CopyObject
 	// DeleteObject deletes an object.
 	DeleteObject
+	// Invalid requests name no single object (a path or copy source
+	// ParsePath refuses): 400, Op.Why says why.
+	Invalid
 )
 
 // IsWrite reports whether the kind is a fenced write.
@@ -50,11 +53,21 @@ type Op struct {
 	Kind   Kind
 	Bucket string
 	Key    string
-	// Why says why an Unsupported request is refused.
-	Why string
+	// Why says why an Unsupported or Invalid request is refused; Code is
+	// an Invalid request's S3 error code.
+	Why  string
+	Code string
 	// SourceBucket and SourceKey name a copy's source.
 	SourceBucket, SourceKey string
 }
+
+// MultipartRefusal is the answer to a multipart upload: the gateway fences
+// whole-object writes only, and S3 clients start a multipart upload by
+// themselves above a size that their configuration sets.
+const MultipartRefusal = "multipart uploads are not supported by the fence gateway: send the object in one PUT (up to 5 GiB). " +
+	"awscli: raise multipart_threshold above the object's size (aws configure set default.s3.multipart_threshold 5GB, " +
+	"or multipart_threshold in the s3 section of ~/.aws/config); boto3: TransferConfig(multipart_threshold=...); " +
+	"AWS SDK for Go's upload manager: a PartSize larger than the object, or PutObject; or use fences3"
 
 // objectSubresources are query parameters that turn an object request into
 // something other than reading or writing its content.
@@ -65,8 +78,11 @@ var objectSubresources = []string{"acl", "tagging", "retention", "legal-hold", "
 // a copy and a DELETE are refused: multipart uploads, bulk deletes,
 // object and bucket configuration cannot be made conditional on the fence.
 func Classify(r *http.Request) Op {
-	path := strings.TrimPrefix(r.URL.Path, "/")
-	bucket, key, _ := strings.Cut(path, "/")
+	raw := requestPath(r)
+	bucket, key, err := ParsePath(raw)
+	if err != nil {
+		return Op{Kind: Invalid, Code: CodeInvalidURI, Why: fmt.Sprintf("path %q refused: %v; a path must name its object as stored, without \".\" or \"..\" segments, empty segments or an encoded / or .", raw, err)}
+	}
 	op := Op{Bucket: bucket, Key: key}
 	q := r.URL.Query()
 	switch {
@@ -75,6 +91,9 @@ func Classify(r *http.Request) Op {
 		return op
 	case key == "":
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			if err := CheckPrefix(q.Get("prefix")); err != nil {
+				return Op{Kind: Invalid, Code: CodeInvalidArgument, Bucket: bucket, Why: fmt.Sprintf("listing prefix %q refused: %v", q.Get("prefix"), err)}
+			}
 			op.Kind = ListBucket
 			return op
 		}
@@ -87,7 +106,7 @@ func Classify(r *http.Request) Op {
 			case (r.Method == http.MethodGet || r.Method == http.MethodHead) && s == "versionId":
 				op.Kind = ReadObject
 			case s == "uploads" || s == "uploadId" || s == "partNumber":
-				op.Why = "multipart uploads are not supported by the gateway: send the object in one PUT (up to 5 GiB), or use fences3"
+				op.Why = MultipartRefusal
 			default:
 				op.Why = "the ?" + s + " subresource is not forwarded"
 			}
@@ -101,9 +120,14 @@ func Classify(r *http.Request) Op {
 		op.Kind = PutObject
 		if src := r.Header.Get("X-Amz-Copy-Source"); src != "" {
 			op.Kind = CopyObject
-			s, err := url.PathUnescape(strings.TrimPrefix(src, "/"))
-			sb, sk, ok := strings.Cut(s, "/")
-			if err != nil || !ok || sb == "" || sk == "" || strings.Contains(sk, "?versionId=") {
+			if strings.Contains(src, "?") {
+				return Op{Bucket: bucket, Key: key, Why: "x-amz-copy-source must name /bucket/key (no version)"}
+			}
+			sb, sk, err := ParsePath("/" + strings.TrimPrefix(src, "/"))
+			switch {
+			case err != nil:
+				return Op{Kind: Invalid, Code: CodeInvalidArgument, Bucket: bucket, Key: key, Why: fmt.Sprintf("x-amz-copy-source %q refused: %v", src, err)}
+			case sb == "" || sk == "":
 				return Op{Bucket: bucket, Key: key, Why: "x-amz-copy-source must name /bucket/key (no version)"}
 			}
 			op.SourceBucket, op.SourceKey = sb, sk
@@ -115,3 +139,15 @@ func Classify(r *http.Request) Op {
 	}
 	return op
 }
+
+// requestPath is the path as the client sent it, before any decoding.
+func requestPath(r *http.Request) string {
+	if u := r.RequestURI; strings.HasPrefix(u, "/") {
+		p, _, _ := strings.Cut(u, "?")
+		return p
+	}
+	return r.URL.EscapedPath()
+}
+
+// Path is the object's path as the gateway sends it to the store.
+func (o Op) Path() string { return EscapePath(o.Bucket, o.Key) }

@@ -9,7 +9,11 @@ import (
 )
 
 func TestClassify(t *testing.T) {
-	multipart := "multipart uploads are not supported by the gateway: send the object in one PUT (up to 5 GiB), or use fences3"
+	multipart := MultipartRefusal
+	badPath := func(path, why string) Op {
+		return Op{Kind: Invalid, Code: CodeInvalidURI, Why: "path \"" + path + "\" refused: " + why +
+			"; a path must name its object as stored, without \".\" or \"..\" segments, empty segments or an encoded / or ."}
+	}
 	tests := []struct {
 		method, target string
 		header         map[string]string
@@ -33,6 +37,20 @@ func TestClassify(t *testing.T) {
 		{"POST", "/reports?delete", nil, Op{Bucket: "reports", Why: "bucket-level writes (POST /reports) are not forwarded; delete objects one by one"}},
 		{"PUT", "/reports", nil, Op{Bucket: "reports", Why: "bucket-level writes (PUT /reports) are not forwarded; delete objects one by one"}},
 		{"GET", "/", nil, Op{Why: "listing buckets is not forwarded"}},
+		{"PUT", "/reports/a/../b/report", nil, badPath("/reports/a/../b/report", `it has a ".." segment`)},
+		{"DELETE", "/reports/./marker", nil, badPath("/reports/./marker", `it has a "." segment`)},
+		{"PUT", "/reports/a//x", nil, badPath("/reports/a//x", "it has an empty segment (// or a trailing /)")},
+		{"PUT", "/reports/a/x/", nil, badPath("/reports/a/x/", "it has an empty segment (// or a trailing /)")},
+		{"GET", "//reports/a", nil, badPath("//reports/a", `bucket "": it has an empty segment (// or a trailing /)`)},
+		{"PUT", "/reports/a%2Fx", nil, badPath("/reports/a%2Fx", `it encodes a "/" as %2F: send / and . unencoded`)},
+		{"PUT", "/reports/a/%2e%2E/b", nil, badPath("/reports/a/%2e%2E/b", `it encodes a "." as %2e: send / and . unencoded`)},
+		{"PUT", "/reports/a%FF", nil, badPath("/reports/a%FF", `segment "a%FF" is not UTF-8`)},
+		{"PUT", "/reports/a%00b", nil, badPath("/reports/a%00b", `segment "a%00b" holds a control character`)},
+		{"PUT", "/reports/a%20b%2Bc%C3%A9", nil, Op{Kind: PutObject, Bucket: "reports", Key: "a b+cé"}},
+		{"GET", "/reports?list-type=2&prefix=monthly/../daily/", nil, Op{Kind: Invalid, Code: CodeInvalidArgument, Bucket: "reports",
+			Why: `listing prefix "monthly/../daily/" refused: it has a ".." segment`}},
+		{"PUT", "/reports/b", map[string]string{"X-Amz-Copy-Source": "reports/a/../../other/b"}, Op{Kind: Invalid, Code: CodeInvalidArgument,
+			Bucket: "reports", Key: "b", Why: `x-amz-copy-source "reports/a/../../other/b" refused: it has a ".." segment`}},
 		{"POST", "/reports/monthly/a.csv", nil, Op{Bucket: "reports", Key: "monthly/a.csv", Why: "POST on an object is not forwarded"}},
 	}
 	for _, tc := range tests {

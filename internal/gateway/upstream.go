@@ -90,24 +90,43 @@ func (u *Upstream) Do(ctx context.Context, method, escapedPath, rawQuery string,
 
 // objectState is what a HEAD says of an object.
 type objectState struct {
+	// Exists says that the store has the object: a tombstone exists too.
 	Exists bool
 	ETag   string
 	// Fence is its MetaFence user metadata ("" when none).
 	Fence string
+	// Deleted says that it is a tombstone: the object is deleted.
+	Deleted bool
 }
 
-// Head reads an object's ETag and stored fence.
+// Present reports whether the object exists and is not deleted.
+func (s objectState) Present() bool { return s.Exists && !s.Deleted }
+
+// storeRefusal is a store's 4xx answer to the gateway's own read: the
+// caller gets it (nothing was written), not a "store unavailable".
+type storeRefusal struct {
+	status int
+	msg    string
+}
+
+func (e *storeRefusal) Error() string { return e.msg }
+
+// Head reads an object's ETag, stored fence and tombstone mark. An answer
+// other than 200 or 404 is an error: a *storeRefusal for a 4xx, an
+// *unavailable for a 5xx or no answer; nothing was written either way.
 func (u *Upstream) Head(ctx context.Context, escapedPath string) (objectState, error) {
 	resp, err := u.Do(ctx, http.MethodHead, escapedPath, "", nil, nil, 0)
 	if err != nil {
-		return objectState{}, err
+		return objectState{}, &unavailable{"the store did not answer the gateway's read (nothing was written): " + err.Error()}
 	}
 	_ = resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusOK:
-		return objectState{Exists: true, ETag: resp.Header.Get("ETag"), Fence: resp.Header.Get(HeaderMetaFence)}, nil
-	case http.StatusNotFound:
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		return objectState{Exists: true, ETag: resp.Header.Get("ETag"), Fence: resp.Header.Get(HeaderMetaFence), Deleted: isTombstone(resp.Header)}, nil
+	case resp.StatusCode == http.StatusNotFound:
 		return objectState{}, nil
+	case resp.StatusCode < 500:
+		return objectState{}, &storeRefusal{resp.StatusCode, "the store refused the gateway's read of the object (nothing was written): " + resp.Status}
 	}
-	return objectState{}, fmt.Errorf("HEAD %s: upstream answered %s", escapedPath, resp.Status)
+	return objectState{}, &unavailable{"the store failed the gateway's read of the object (nothing was written): " + resp.Status}
 }

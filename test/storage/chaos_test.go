@@ -233,24 +233,37 @@ func summary(history []storage.Attempt) map[string]int {
 	out := map[string]int{}
 	for _, a := range history {
 		out[a.Way+" "+a.Result]++
+		if a.Kind != "put" && a.Kind != "" {
+			out[a.Kind+" "+a.Result]++
+		}
 	}
 	return out
 }
 
 // TestConcurrentWriters: 8 writer processes, at least 1,000 writes,
-// random pauses and grants moving; the history has no violation: per key
-// the accepted fences never go back (through the gateway and with
-// fences3), and the gateway accepted nothing from a pod that did not hold
-// that fence, nor after the grant had ended.
+// random pauses and grants moving; the writers also delete (and so
+// re-create), send path aliases, pause half way through a body, and replay
+// fences3 operations at once and long after. The history has no
+// violation: per key the accepted fences never go back (through the
+// gateway, deletions included, and with fences3), the gateway accepted
+// nothing from a pod that did not hold that fence, nor after the grant had
+// ended, nor through an alias, and no operation was applied twice.
+//
+// $STORAGE_CHAOS_DURATION runs it longer (make chaos-storage).
 func TestConcurrentWriters(t *testing.T) {
 	needsServers(t)
 	g := NewWithT(t)
-	run := runChaos(t, chaosOptions{writers: 8, writes: 220, duration: 25 * time.Second})
+	o := chaosOptions{writers: 8, writes: 220, duration: 25 * time.Second}
+	if d, err := time.ParseDuration(os.Getenv("STORAGE_CHAOS_DURATION")); err == nil && d > 0 {
+		o.duration, o.writes = d, 1<<30
+	}
+	run := runChaos(t, o)
 	s := summary(run.history)
 	t.Logf("%d attempts %v; %d grants", len(run.history), s, len(run.grants))
 	g.Expect(len(run.history)).To(BeNumerically(">=", 1000))
 	g.Expect(len(run.grants)).To(BeNumerically(">=", 5), "the grant moved")
-	for _, k := range []string{"gateway accepted", "gateway rejected", "pointer accepted", "pointer rejected"} {
+	for _, k := range []string{"gateway accepted", "gateway rejected", "pointer accepted", "pointer rejected",
+		"alias rejected", "delete accepted", "slow accepted", "replay accepted"} {
 		g.Expect(s[k]).To(BeNumerically(">", 0), k)
 	}
 	g.Expect(storage.Check(run.history, run.grants)).To(BeEmpty())

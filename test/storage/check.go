@@ -13,8 +13,13 @@ type Attempt struct {
 	Pod string `json:"pod"`
 	UID string `json:"uid"`
 	// Way is "gateway" (through the fence gateway) or "pointer" (fences3).
-	Way   string `json:"way"`
+	Way string `json:"way"`
+	// Kind is put, delete (a tombstone), slow (a body paused half way),
+	// alias (the key sent as another path to it: Path) or replay (a
+	// fences3 operation sent again with its ID, fence and content).
+	Kind  string `json:"kind"`
 	Key   string `json:"key"`
+	Path  string `json:"path,omitempty"`
 	Op    string `json:"op"`
 	Fence int64  `json:"fence"`
 	// Holder is what the writer believed when it chose the fence.
@@ -61,6 +66,12 @@ const (
 	// reads the Lease on every write, so it cannot miss a newer grant that
 	// was committed before the write began).
 	AfterGrantEnded = "accepted after its grant had ended"
+	// AliasAccepted: the gateway accepted a write sent to a path alias of
+	// its key (one object, one key: such a path is refused).
+	AliasAccepted = "accepted through a path alias"
+	// AppliedTwice: fences3 applied one operation twice (a replay must
+	// answer ErrAlreadyApplied, or be refused).
+	AppliedTwice = "operation applied twice"
 )
 
 // Check returns every violation in the history. Only accepted writes
@@ -70,10 +81,25 @@ const (
 func Check(history []Attempt, grants []Grant) []Violation {
 	var out []Violation
 	byKey := map[string][]Attempt{}
+	applied := map[string]Attempt{}
 	for _, a := range history {
-		if a.Result == "accepted" {
-			byKey[a.Way+"/"+a.Key] = append(byKey[a.Way+"/"+a.Key], a)
+		if a.Result != "accepted" {
+			continue
 		}
+		switch {
+		case a.Kind == "alias":
+			out = append(out, Violation{AliasAccepted, fmt.Sprintf("%s (pod %s) wrote %q, an alias of %s, with fence %d", a.Op, a.Pod, a.Path, a.Key, a.Fence)})
+			continue
+		case a.Code == "AlreadyApplied":
+			// Nothing was written: not a write in the key's order.
+			continue
+		case a.Way == "pointer":
+			if first, ok := applied[a.Op]; ok {
+				out = append(out, Violation{AppliedTwice, fmt.Sprintf("%s applied with fence %d and again with fence %d (%s)", a.Op, first.Fence, a.Fence, a.Kind)})
+			}
+			applied[a.Op] = a
+		}
+		byKey[a.Way+"/"+a.Key] = append(byKey[a.Way+"/"+a.Key], a)
 	}
 	keys := make([]string, 0, len(byKey))
 	for k := range byKey {

@@ -53,6 +53,29 @@ func TestCheck(t *testing.T) {
 		{name: "after the grant ended", history: []storage.Attempt{
 			w("a1", "a", "gateway", "k", 10, 150, 160, "accepted"),
 		}, want: []string{"accepted after its grant had ended: a1 (pod a) wrote k with fence 10 at " + time.Unix(0, at(150)).Format(time.RFC3339Nano) + ", 50ms after the grant ended"}},
+		{name: "an alias accepted", history: []storage.Attempt{
+			func() storage.Attempt {
+				a := w("a1", "a", "gateway", "k", 10, 0, 10, "accepted")
+				a.Kind, a.Path = "alias", "./k"
+				return a
+			}(),
+		}, want: []string{`accepted through a path alias: a1 (pod a) wrote "./k", an alias of k, with fence 10`}},
+		{name: "a replay answered already applied writes nothing", history: []storage.Attempt{
+			w("b1", "b", "pointer", "p", 20, 110, 120, "accepted"),
+			func() storage.Attempt {
+				a := w("a1", "a", "pointer", "p", 10, 130, 140, "accepted")
+				a.Kind, a.Code = "replay", "AlreadyApplied"
+				return a
+			}(),
+		}},
+		{name: "an operation applied twice", history: []storage.Attempt{
+			w("a1", "a", "pointer", "p", 10, 0, 10, "accepted"),
+			func() storage.Attempt {
+				a := w("a1", "a", "pointer", "p", 10, 30, 40, "accepted")
+				a.Kind, a.Code = "replay", "Applied"
+				return a
+			}(),
+		}, want: []string{"operation applied twice: a1 applied with fence 10 and again with fence 10 (replay)"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

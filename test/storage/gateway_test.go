@@ -2,8 +2,10 @@ package storage_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/xml"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"strconv"
@@ -108,9 +110,11 @@ func TestGatewayOperations(t *testing.T) {
 	// (the caller's, useless upstream) or a trailing checksum: the gateway
 	// forwards the data only, re-signed.
 	big := strings.Repeat("0123456789", 10000)
+	crc := crc32.ChecksumIEEE([]byte(big))
+	sum := base64.StdEncoding.EncodeToString([]byte{byte(crc >> 24), byte(crc >> 16), byte(crc >> 8), byte(crc)})
 	for _, tc := range []struct{ sha, sep, trailer string }{
 		{"STREAMING-AWS4-HMAC-SHA256-PAYLOAD", ";chunk-signature=" + strings.Repeat("0", 64), ""},
-		{"STREAMING-UNSIGNED-PAYLOAD-TRAILER", "", "x-amz-checksum-crc32:AAAAAA==\r\n"},
+		{"STREAMING-UNSIGNED-PAYLOAD-TRAILER", "", "x-amz-checksum-crc32:" + sum + "\r\n"},
 	} {
 		chunked := fmt.Sprintf("%x%s\r\n%s\r\n%x%s\r\n%s\r\n0%s\r\n%s\r\n", 65536, tc.sep, big[:65536], len(big)-65536, tc.sep, big[65536:], tc.sep, tc.trailer)
 		h := as(hTok, fs, "X-Amz-Content-Sha256", tc.sha, "Content-Encoding", "aws-chunked", "X-Amz-Decoded-Content-Length", strconv.Itoa(len(big)))
@@ -168,8 +172,7 @@ func TestGatewayOperations(t *testing.T) {
 			"no route for " + bucket + "/other/a.csv: the gateway fences only routed keys"},
 		{"pod of another namespace", http.MethodGet, obj, as(xTok, ""), 403, "AccessDenied",
 			"read of " + bucket + "/reports/a.csv denied: it is routed to FencedLease " + ns + "/exporter, and user system:serviceaccount:" + other + ":default is not a service account of namespace " + ns},
-		{"multipart", http.MethodPost, obj + "?uploads", as(hTok, fs), 501, "NotImplemented",
-			"multipart uploads are not supported by the gateway: send the object in one PUT (up to 5 GiB), or use fences3"},
+		{"multipart", http.MethodPost, obj + "?uploads", as(hTok, fs), 501, "NotImplemented", gateway.MultipartRefusal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -186,11 +189,17 @@ func TestGatewayOperations(t *testing.T) {
 		})
 	}
 
-	// The holder deletes; a second DELETE of the absent object is fine.
+	// The holder deletes; a second DELETE of the deleted object is fine.
+	// The store keeps a tombstone with the fence; through the gateway the
+	// object is absent.
 	for range 2 {
 		status, _, body = raw(g, http.MethodDelete, obj, as(hTok, fs), "")
 		g.Expect(status).To(Equal(http.StatusNoContent), body)
 	}
-	content, _ = stored("reports/a.csv")
-	g.Expect(content).To(Equal("<absent>"))
+	content, meta = stored("reports/a.csv")
+	g.Expect(content).To(Equal(string(gateway.TombstoneBody(f))))
+	g.Expect(meta).To(Equal(map[string]string{gateway.MetaFence: fs, gateway.MetaDeleted: "true"}))
+	status, _, body = raw(g, http.MethodGet, obj, as(sTok, ""), "")
+	g.Expect(status).To(Equal(http.StatusNotFound))
+	g.Expect(errorOf(g, body).Code).To(Equal("NoSuchKey"))
 }

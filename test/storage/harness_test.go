@@ -85,6 +85,17 @@ func startGateway(t *testing.T, routes []gateway.Route, rules *gateway.Rules) *t
 // proxy in front of it).
 func startGatewayTo(t *testing.T, upstream string, routes []gateway.Route, rules *gateway.Rules) *testGateway {
 	t.Helper()
+	return startGatewayWith(t, upstream, routes, func(o *gateway.Options) {
+		if rules != nil {
+			o.Rules = *rules
+		}
+	})
+}
+
+// startGatewayWith is startGatewayTo with the options changed by mutate
+// (nil for none).
+func startGatewayWith(t *testing.T, upstream string, routes []gateway.Route, mutate func(*gateway.Options)) *testGateway {
+	t.Helper()
 	kube, err := kubernetes.NewForConfig(gatewayConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -109,14 +120,14 @@ func startGatewayTo(t *testing.T, upstream string, routes []gateway.Route, rules
 	o := gateway.Options{
 		Config:   &gateway.Config{Routes: routes},
 		Upstream: up,
-		Reviewer: &gateway.TokenReviewer{Client: kube, TTL: 10 * time.Second, Max: 1024},
+		Reviewer: &gateway.TokenReviewer{Client: kube, TTL: 10 * time.Second, MaxAccepted: 1024, Metrics: metrics},
 		Grants:   &gateway.GrantReader{Kube: kube, Client: reader, FencedLeaseTTL: 30 * time.Second, MaxFencedLeases: 64},
 		Recorder: broadcaster.NewRecorder(setup.Scheme(), "fence-gateway"),
 		Metrics:  metrics,
 		Log:      logr.Discard(),
 	}
-	if rules != nil {
-		o.Rules = *rules
+	if mutate != nil {
+		mutate(&o)
 	}
 	if err := o.Config.Validate(); err != nil {
 		t.Fatal(err)

@@ -15,8 +15,13 @@
 // $GATEWAY, comma-separated) and fences3 ($STORE): it
 // reads its Lease, waits a moment (a pause may fall there), then writes
 // with the fence it believed, and sometimes, when it does not hold the
-// lease, with its last fence or the current one anyway. Every attempt is
-// one JSON line of $HISTORY with its call and return times and outcome.
+// lease, with its last fence or the current one anyway. Through the
+// gateway it sometimes sends the key as a path alias (refused), deletes
+// the key (a tombstone, re-created by later writes), or trickles its body
+// with a pause in the middle (across a takeover, now and then); with
+// fences3 it sometimes replays an operation at once or long after, as a
+// caller does after ErrUnknownOutcome. Every attempt is one JSON line of
+// $HISTORY with its kind, call and return times and outcome.
 package main
 
 import (
@@ -25,6 +30,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -33,6 +39,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -103,14 +110,67 @@ type outcome struct {
 
 // viaGateway PUTs content with the pod's token and fence as two headers.
 func (w *writer) viaGateway(ctx context.Context, key string, f int64, content string) outcome {
+	return w.gatewayCall(ctx, f, func(gw *s3.Client, opt func(*s3.Options)) error {
+		_, err := gw.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(w.bucket), Key: aws.String(key), Body: strings.NewReader(content)}, opt)
+		return err
+	})
+}
+
+// slowly PUTs content with a pause of pause in the middle of its body
+// (unsigned payload: the SDK cannot hash a body it cannot seek).
+func (w *writer) slowly(ctx context.Context, key string, f int64, content string, pause time.Duration) outcome {
+	return w.gatewayCall(ctx, f, func(gw *s3.Client, opt func(*s3.Options)) error {
+		body := &pausing{first: content[:len(content)/2], rest: content[len(content)/2:], pause: pause}
+		_, err := gw.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(w.bucket), Key: aws.String(key), Body: body,
+			ContentLength: aws.Int64(int64(len(content)))}, opt, s3.WithAPIOptions(v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware))
+		return err
+	})
+}
+
+// remove DELETEs key (the gateway leaves a tombstone with the fence).
+func (w *writer) remove(ctx context.Context, key string, f int64) outcome {
+	return w.gatewayCall(ctx, f, func(gw *s3.Client, opt func(*s3.Options)) error {
+		_, err := gw.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(w.bucket), Key: aws.String(key)}, opt)
+		return err
+	})
+}
+
+// pausing is a body that stops for pause half way, as a paused writer's
+// upload does. It is not seekable: the SDK streams it.
+type pausing struct {
+	first, rest string
+	pause       time.Duration
+	paused      bool
+}
+
+func (p *pausing) Read(b []byte) (int, error) {
+	if p.first != "" {
+		n := copy(b, p.first)
+		p.first = p.first[n:]
+		return n, nil
+	}
+	if !p.paused {
+		p.paused = true
+		time.Sleep(p.pause)
+	}
+	if p.rest == "" {
+		return 0, io.EOF
+	}
+	n := copy(b, p.rest)
+	p.rest = p.rest[n:]
+	return n, nil
+}
+
+// gatewayCall sends call to a random gateway replica with the pod's token
+// and fence f, no retries, and classifies its error.
+func (w *writer) gatewayCall(ctx context.Context, f int64, call func(*s3.Client, func(*s3.Options)) error) outcome {
 	gw := w.gateways[rand.IntN(len(w.gateways))]
-	_, err := gw.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(w.bucket), Key: aws.String(key), Body: strings.NewReader(content)},
-		func(o *s3.Options) {
-			o.Retryer = aws.NopRetryer{}
-			o.APIOptions = append(o.APIOptions,
-				smithyhttp.AddHeaderValue("X-Fencedlease-Token", w.token),
-				smithyhttp.AddHeaderValue("X-Fencedlease-Fence", strconv.FormatInt(f, 10)))
-		})
+	err := call(gw, func(o *s3.Options) {
+		o.Retryer = aws.NopRetryer{}
+		o.APIOptions = append(o.APIOptions,
+			smithyhttp.AddHeaderValue("X-Fencedlease-Token", w.token),
+			smithyhttp.AddHeaderValue("X-Fencedlease-Fence", strconv.FormatInt(f, 10)))
+	})
 	if err == nil {
 		return outcome{Result: "accepted"}
 	}
@@ -133,8 +193,12 @@ func (w *writer) viaGateway(ctx context.Context, key string, f int64, content st
 func (w *writer) viaPointer(ctx context.Context, key, opID string, f int64, content string) outcome {
 	_, err := w.store.Put(ctx, key, opID, f, strings.NewReader(content))
 	switch {
-	case err == nil, errors.Is(err, fences3.ErrAlreadyApplied):
-		return outcome{Result: "accepted"}
+	case err == nil:
+		return outcome{Result: "accepted", Code: "Applied"}
+	case errors.Is(err, fences3.ErrAlreadyApplied):
+		return outcome{Result: "accepted", Code: "AlreadyApplied", Message: err.Error()}
+	case errors.Is(err, fences3.ErrOutcomeLost):
+		return outcome{Result: "rejected", Code: "ErrOutcomeLost", Message: err.Error()}
 	case errors.Is(err, fences3.ErrStale):
 		return outcome{Result: "rejected", Code: "ErrStale", Message: err.Error()}
 	case errors.Is(err, fences3.ErrContention):
@@ -188,7 +252,9 @@ type Attempt struct {
 	Pod     string `json:"pod"`
 	UID     string `json:"uid"`
 	Way     string `json:"way"`
+	Kind    string `json:"kind"`
 	Key     string `json:"key"`
+	Path    string `json:"path,omitempty"`
 	Op      string `json:"op"`
 	Fence   int64  `json:"fence"`
 	Holder  bool   `json:"holder"`
@@ -234,6 +300,13 @@ func chaos() error {
 	pod, uid, lease := os.Getenv("POD"), os.Getenv("POD_UID"), os.Getenv("LEASE")
 	deadline := time.Now().Add(duration)
 	var last int64
+	// past are this writer's earlier fences3 operations, replayed now and
+	// then.
+	type pointerOp struct {
+		op, key, content string
+		fence            int64
+	}
+	var past []pointerOp
 	for n := 0; n < writes && time.Now().Before(deadline); {
 		l, err := kube.CoordinationV1().Leases(string(ns)).Get(ctx, lease, metav1.GetOptions{})
 		if err != nil {
@@ -257,16 +330,40 @@ func chaos() error {
 			continue
 		}
 		n++
-		a := Attempt{Pod: pod, UID: uid, Fence: f, Holder: holder, Op: fmt.Sprintf("%s-%d", pod, n)}
+		a := Attempt{Pod: pod, UID: uid, Fence: f, Holder: holder, Op: fmt.Sprintf("%s-%d", pod, n), Kind: "put"}
 		content := a.Op
 		a.Call = time.Now().UnixNano()
 		var o outcome
 		if n%2 == 0 && len(w.gateways) > 0 || w.store == nil {
 			a.Way, a.Key = "gateway", fmt.Sprintf("k%d", rand.IntN(keys))
-			o = w.viaGateway(ctx, a.Key, f, content)
+			switch r := rand.Float64(); {
+			case r < 0.08:
+				a.Kind, a.Path = "alias", aliasOf(a.Key)
+				o = w.viaGateway(ctx, a.Path, f, content)
+			case r < 0.2:
+				a.Kind = "delete"
+				o = w.remove(ctx, a.Key, f)
+			case r < 0.3:
+				a.Kind = "slow"
+				o = w.slowly(ctx, a.Key, f, content+strings.Repeat(".", 64), rand.N(1200*time.Millisecond))
+			default:
+				o = w.viaGateway(ctx, a.Key, f, content)
+			}
 		} else {
 			a.Way, a.Key = "pointer", fmt.Sprintf("p%d", rand.IntN(keys))
-			o = w.viaPointer(ctx, a.Key, a.Op, f, content)
+			switch r := rand.Float64(); {
+			case r < 0.15 && len(past) > 0:
+				// A replay, as after ErrUnknownOutcome: the same operation,
+				// fence and content, at once or long after.
+				p := past[len(past)-1]
+				if rand.IntN(2) == 0 {
+					p = past[rand.IntN(len(past))]
+				}
+				a.Kind, a.Op, a.Key, a.Fence, content = "replay", p.op, p.key, p.fence, p.content
+			default:
+				past = append(past, pointerOp{op: a.Op, key: a.Key, content: content, fence: f})
+			}
+			o = w.viaPointer(ctx, a.Key, a.Op, a.Fence, content)
 		}
 		a.Return = time.Now().UnixNano()
 		a.Result, a.Code, a.Message = o.Result, o.Code, o.Message
@@ -275,4 +372,16 @@ func chaos() error {
 		}
 	}
 	return nil
+}
+
+// aliasOf is a request path that a store would resolve to key: the gateway
+// must refuse it.
+func aliasOf(key string) string {
+	switch rand.IntN(3) {
+	case 0:
+		return "./" + key
+	case 1:
+		return "x/../" + key
+	}
+	return key + "/."
 }
