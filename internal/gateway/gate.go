@@ -369,19 +369,22 @@ func (x *exchange) clientBody() io.Reader {
 		return x.body
 	}
 	var r io.Reader
-	switch {
-	case x.ahead == nil:
+	switch a := x.ahead; {
+	case a == nil:
 		r = x.deadlined()
+	case waitFor(a) != nil:
+		r = errReader{a.err}
 	default:
-		<-x.ahead.done
-		if x.ahead.err != nil {
-			r = errReader{x.ahead.err}
-		} else {
-			r = io.MultiReader(bytes.NewReader(x.ahead.buf), x.deadlined())
-		}
+		r = io.MultiReader(bytes.NewReader(a.buf), x.deadlined())
 	}
 	x.body = &countingReader{r: r}
 	return x.body
+}
+
+// waitFor waits for the read ahead to end and returns its error.
+func waitFor(a *readAhead) error {
+	<-a.done
+	return a.err
 }
 
 type errReader struct{ err error }
