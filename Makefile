@@ -226,7 +226,7 @@ export FENCEDLEASE_IMAGES := $(IMAGES_DIR)
 # tests and the demo run, installed as root when missing.
 .PHONY: postgres
 postgres:
-	@hack/postgres.sh
+	@hack/postgres.sh install
 
 # make node-packages: the Debian packages the real nodes run (containerd,
 # runc, the CNI plugins, a static busybox), installed as root when missing.
