@@ -19,13 +19,15 @@ import (
 
 func TestTwoContendersStartTogether(t *testing.T) {
 	f := newFixture(t)
-	f.startManager(testenv.ManagerOptions{})
+	m := f.startManager(testenv.ManagerOptions{})
 	// Both became ready at the same second: the tie is broken by name. They
-	// are there before the FencedLease, so that its first grant sees both:
-	// created after it, one after the other, the first could be granted
-	// before the second was ready, as a lone candidate.
+	// are there, and in the operator's cache, before the FencedLease, so that
+	// its first grant sees both: otherwise the first could be granted as a
+	// lone candidate, before the cache has the second (the pods and the
+	// FencedLease are watched apart, with no order between them).
 	f.readyPod("b", time.Minute)
 	f.readyPod("a", time.Minute)
+	f.g.Eventually(func() int { return readyInCache(f, m, "a", "b") }).WithTimeout(timeout).Should(Equal(2))
 	f.fencedLease("db", nil)
 
 	pod, fence := f.waitHolder("db")
@@ -47,6 +49,23 @@ func TestTwoContendersStartTogether(t *testing.T) {
 	// The holder is kept while eligible, even when a pod ready for longer shows up.
 	f.readyPod("c", time.Hour)
 	f.g.Consistently(func() string { p, _ := f.waitHolder("db"); return p }).WithTimeout(2 * time.Second).Should(Equal("a"))
+}
+
+// readyInCache counts the named pods the manager's cache shows Ready.
+func readyInCache(f *fixture, m *testenv.Manager, names ...string) int {
+	n := 0
+	for _, name := range names {
+		pod := &corev1.Pod{}
+		if err := m.GetCache().Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: name}, pod); err != nil {
+			continue
+		}
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // kill makes a pod ineligible in one of the ways a holder dies.
