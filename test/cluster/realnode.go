@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -506,6 +507,43 @@ func OnRealNode(spec *corev1.PodSpec) {
 	spec.NodeSelector[RealNodeLabel] = "real"
 	spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: RealNodeTaint, Operator: corev1.TolerationOpExists})
 	spec.HostNetwork = true
+}
+
+// PodOnRealNode is OnRealNode for a pod that talks to the API server: its
+// containers (init containers included) are also given the API server's
+// address as a pod on a real node reaches it, in the two variables
+// client-go's in-cluster configuration reads (KUBERNETES_SERVICE_HOST and
+// _PORT), since no kube-proxy makes the kubernetes Service's address work
+// there (docs/cluster.md). The address must be one the API server's
+// certificate names.
+func (c *Cluster) PodOnRealNode(spec *corev1.PodSpec) error {
+	OnRealNode(spec)
+	host, port, err := c.realNodeAPIServer()
+	if err != nil {
+		return err
+	}
+	env := []corev1.EnvVar{{Name: "KUBERNETES_SERVICE_HOST", Value: host}, {Name: "KUBERNETES_SERVICE_PORT", Value: port}}
+	for i := range spec.InitContainers {
+		spec.InitContainers[i].Env = append(spec.InitContainers[i].Env, env...)
+	}
+	for i := range spec.Containers {
+		spec.Containers[i].Env = append(spec.Containers[i].Env, env...)
+	}
+	return nil
+}
+
+// realNodeAPIServer is the API server's address as a pod on a real node
+// reaches it: the administrator's, since the real nodes' pods share the
+// machine's network.
+func (c *Cluster) realNodeAPIServer() (host, port string, err error) {
+	if c.RestConfig == nil {
+		return "", "", errors.New("cluster: not running")
+	}
+	u, err := url.Parse(c.RestConfig.Host)
+	if err != nil {
+		return "", "", fmt.Errorf("cluster: the API server's address %q: %w", c.RestConfig.Host, err)
+	}
+	return u.Hostname(), u.Port(), nil
 }
 
 // ContainerLog returns what the container of a pod on a real node has
