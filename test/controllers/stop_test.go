@@ -145,6 +145,37 @@ func (f *fixture) grantedTo(pod string) func() time.Time {
 	}
 }
 
+// proxied is the start both tests below share: renewal Holder, takeover
+// Safe; pod a's manager (ma) reaches the API server through proxy and
+// holds, writing ConfigMaps (w); pod b's manager (mb) waits; grantedB tells
+// when b is granted.
+type proxied struct {
+	f        *fixture
+	proxy    *testenv.APIProxy
+	a        *corev1.Pod
+	ma, mb   *inProcess
+	w        *writer
+	grantedB func() time.Time
+}
+
+func proxiedHolder(t *testing.T) proxied {
+	t.Helper()
+	f := newFixture(t)
+	f.allow("configmaps", []string{"configmaps"}, "get", "list", "watch", "create", "update", "patch")
+	f.holderLease()
+	proxy, err := testenv.StartAPIProxy(env.Config)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(proxy.Close)
+	p := proxied{f: f, proxy: proxy, a: f.pod("a")}
+	p.ma = f.startManager(p.a, proxy, fencedcontroller.Options{})
+	f.ready(p.a, time.Hour)
+	f.g.Eventually(p.ma.mgr.Elected()).WithTimeout(timeout).Should(BeClosed())
+	p.mb = f.holding("b", time.Minute, fencedcontroller.Options{}, false)
+	p.w = f.startWriter(p.ma.Client(), "a-writes")
+	p.grantedB = f.grantedTo("b")
+	return p
+}
+
 // TestManagerWithItsLeaseWatchBlackHoledStops: renewal Holder, takeover
 // Safe. Replica a reaches the API server through a proxy, and holds; its
 // watches of Leases are then black-holed (open, silent, no error), and a
@@ -155,19 +186,8 @@ func (f *fixture) grantedTo(pod string) func() time.Time {
 // returns ErrLeaderElectionLost; its client let out no write, protected or
 // not, after the controllers stopped, and b is granted after that.
 func TestManagerWithItsLeaseWatchBlackHoledStops(t *testing.T) {
-	f := newFixture(t)
-	f.allow("configmaps", []string{"configmaps"}, "get", "list", "watch", "create", "update", "patch")
-	f.holderLease()
-	proxy, err := testenv.StartAPIProxy(env.Config)
-	f.g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(proxy.Close)
-	a := f.pod("a")
-	ma := f.startManager(a, proxy, fencedcontroller.Options{})
-	f.ready(a, time.Hour)
-	f.g.Eventually(ma.mgr.Elected()).WithTimeout(timeout).Should(BeClosed())
-	mb := f.holding("b", time.Minute, fencedcontroller.Options{}, false)
-	w := f.startWriter(ma.Client(), "a-writes")
-	grantedB := f.grantedTo("b")
+	p := proxiedHolder(t)
+	f, proxy, a, ma, mb, w, grantedB := p.f, p.proxy, p.a, p.ma, p.mb, p.w, p.grantedB
 	time.Sleep(time.Second)
 
 	proxy.Stall(testenv.IsWatch("leases"))
@@ -199,19 +219,8 @@ func TestManagerWithItsLeaseWatchBlackHoledStops(t *testing.T) {
 // client lets out no write that began after the grant, before b is
 // granted), not a duration.
 func TestPartitionedManagerStopsBeforeTheNextGrant(t *testing.T) {
-	f := newFixture(t)
-	f.allow("configmaps", []string{"configmaps"}, "get", "list", "watch", "create", "update", "patch")
-	f.holderLease()
-	proxy, err := testenv.StartAPIProxy(env.Config)
-	f.g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(proxy.Close)
-	a := f.pod("a")
-	ma := f.startManager(a, proxy, fencedcontroller.Options{})
-	f.ready(a, time.Hour)
-	f.g.Eventually(ma.mgr.Elected()).WithTimeout(timeout).Should(BeClosed())
-	mb := f.holding("b", time.Minute, fencedcontroller.Options{}, false)
-	w := f.startWriter(ma.Client(), "a-writes")
-	grantedB := f.grantedTo("b")
+	p := proxiedHolder(t)
+	f, proxy, ma, mb, w, grantedB := p.f, p.proxy, p.ma, p.mb, p.w, p.grantedB
 	time.Sleep(1500 * time.Millisecond)
 
 	proxy.StallAll()
