@@ -27,12 +27,13 @@ type Input struct {
 	// among Pods (deleted, not ready, not matching) has lost its shards:
 	// they are placed again without taking any from a live owner.
 	Owners map[string]string
-	// Transitions maps a shard to how often it has changed hands (its Lease's
-	// leaseTransitions), and Acquired to when its current owner was granted
-	// it (the Lease's acquireTime). An owner above its quota gives up the
-	// shards that moved least first, then the most recently acquired: in a
-	// rolling update a shard that already moved stays where it is, so that
-	// no shard moves more than twice (docs/shards.md).
+	// Acquired maps a shard to when its current owner was granted it (its
+	// Lease's acquireTime), and Transitions to how often it has changed
+	// hands (leaseTransitions). An owner above its quota gives up its most
+	// recently acquired shards first, among equals those that moved least:
+	// in a rolling update without surge, the shards of a pod that left are
+	// spread over the others and then handed on to its replacement, while
+	// the others' own shards stay put (docs/shards.md).
 	Transitions map[string]int32
 	Acquired    map[string]time.Time
 	// Pods are the eligible pods.
