@@ -98,9 +98,12 @@ func TestDeploymentRollingUpdate(t *testing.T) {
 	dep := w.deployment(3, appsv1.DeploymentStrategy{})
 	g.Expect(admin.Create(ctx, dep)).To(Succeed())
 	h1, f1 := w.holder()
+	// A patch, not an update: the Deployment controller writes the status
+	// meanwhile, and an update of the copy read before would conflict.
 	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(dep), dep)).To(Succeed())
+	base := dep.DeepCopy()
 	dep.Spec.Template = podTemplate("2")
-	g.Expect(admin.Update(ctx, dep)).To(Succeed())
+	g.Expect(admin.Patch(ctx, dep, client.MergeFrom(base))).To(Succeed())
 	fences := w.followHolders(func(g Gomega, holder *corev1.Pod) {
 		cur := &appsv1.Deployment{}
 		g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(dep), cur)).To(Succeed())
@@ -139,8 +142,9 @@ func TestStatefulSet(t *testing.T) {
 	g.Expect(w.write(h1, f1)).To(Succeed())
 
 	g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(sts), sts)).To(Succeed())
+	base := sts.DeepCopy()
 	sts.Spec.Template = podTemplate("2")
-	g.Expect(admin.Update(ctx, sts)).To(Succeed())
+	g.Expect(admin.Patch(ctx, sts, client.MergeFrom(base))).To(Succeed()) // as for the Deployment
 	fences := w.followHolders(func(g Gomega, holder *corev1.Pod) {
 		cur := &appsv1.StatefulSet{}
 		g.Expect(admin.Get(ctx, client.ObjectKeyFromObject(sts), cur)).To(Succeed())
