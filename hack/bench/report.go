@@ -71,7 +71,15 @@ type (
 			Seconds float64 `json:"s"`
 			Held    int     `json:"held"`
 		} `json:"cold_progress"`
-		ColdQueue          queue     `json:"cold_queue"`
+		ColdQueue          queue              `json:"cold_queue"`
+		ColdWritesPerGrant map[string]float64 `json:"cold_writes_per_grant"`
+		Ceiling            struct {
+			Grants          int     `json:"grants"`
+			Workers         int     `json:"workers"`
+			Writes          int     `json:"writes"`
+			WritesPerSecond float64 `json:"writes_per_s"`
+		} `json:"ceiling"`
+		ColdShare          float64   `json:"cold_share"`
 		ColdRegrants       int       `json:"cold_regrants"`
 		WaitingForCapacity int       `json:"waiting_for_capacity"`
 		Steady             window    `json:"steady"`
@@ -218,6 +226,22 @@ func writeScale(b *strings.Builder, runs []scale) {
 		fmt.Fprintf(b, "| %d (%d) | %.0f s | %s | %.0f s | %.1f | %.3f | %d | %d | %.1f %% | %.0f MiB | %.0f MiB | %.0f %% / %.0f %% | %s | %s |\n",
 			r.Leases, r.Leases*r.PodsPerLease, r.PodsCreated, cold, s.Seconds, s.WritesPerSecond, s.PerLease, s.Regrants, s.FencesChanged,
 			s.CPUPercent, s.MaxRSSMiB, s.HeapInuseMiB, s.ControlPlane.APIServerCPUPercent, s.ControlPlane.EtcdCPUPercent, qs(r.ColdQueue), qs(s.Queue))
+	}
+	b.WriteString("\nThe cold start as a share of this machine's ceiling, measured in the same run before the operator starts: the API server's rate for the writes a first grant makes (the same mix, on as many workers as the operator reconciles at once, as fast as it takes them). 1.0 would be the operator making its writes as fast as the API server takes them.\n\n| leases | ceiling: writes/s (grants × writes, workers) | operator: first grants/s × writes each | share of the ceiling |\n|---|---|---|---|\n")
+	for _, r := range runs {
+		if r.Ceiling.WritesPerSecond == 0 {
+			fmt.Fprintf(b, "| %d | not measured (a run before the ceiling was) | | |\n", r.Leases)
+			continue
+		}
+		perGrant := 0.0
+		for _, v := range r.ColdWritesPerGrant {
+			perGrant += v
+		}
+		op, sh := "cold start unfinished", "–"
+		if r.ColdStart > 0 {
+			op, sh = fmt.Sprintf("%.1f × %.2f = %.0f writes/s", float64(r.Leases)/r.ColdStart, perGrant, float64(r.Leases)/r.ColdStart*perGrant), fmt.Sprintf("**%.2f**", r.ColdShare)
+		}
+		fmt.Fprintf(b, "| %d | %.0f (%d × %d, %d) | %s | %s |\n", r.Leases, r.Ceiling.WritesPerSecond, r.Ceiling.Grants, r.Ceiling.Writes/max(r.Ceiling.Grants, 1), r.Ceiling.Workers, op, sh)
 	}
 	b.WriteString("\nQueue wait: workqueue_queue_duration_seconds of the operator (from ready to picked up); its buckets are powers of ten apart, so p50 and p99 are interpolated within a factor of ten, the mean is exact.\n")
 	b.WriteString("\nOperator restarts (the process killed and started again), then a window of steady state:\n\n| leases | cache | every Lease renewed by the new process | all held and published | re-grants until then; in the window | window | max RSS | heap in use | CPU | Lease writes/s per lease |\n|---|---|---|---|---|---|---|---|---|---|\n")

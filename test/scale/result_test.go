@@ -30,9 +30,14 @@ type result struct {
 	ColdWritesPerGrant map[string]float64 `json:"cold_writes_per_grant"`
 	// ColdListsPerGrant are its LIST requests, likewise.
 	ColdListsPerGrant map[string]float64 `json:"cold_lists_per_grant"`
-	Steady            window             `json:"steady"`
-	Restarts          []restart          `json:"restarts"`
-	ClientGo          clientGo           `json:"client_go"`
+	// Ceiling is the API server's rate for the writes of first grants in
+	// this run, and ColdShare the cold start's share of it (1 would be as
+	// fast as the API server takes the writes the operator makes).
+	Ceiling   ceiling   `json:"ceiling"`
+	ColdShare float64   `json:"cold_share"`
+	Steady    window    `json:"steady"`
+	Restarts  []restart `json:"restarts"`
+	ClientGo  clientGo  `json:"client_go"`
 }
 
 // progress is how many FencedLeases were held and published so long after

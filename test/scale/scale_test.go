@@ -124,6 +124,18 @@ func TestScale(t *testing.T) {
 	t.Logf("%d pods created and ready in %s", leases*podsPer, time.Since(start).Round(time.Second))
 	g.Expect(t.Failed()).To(BeFalse())
 
+	// The ceiling: the API server's rate for the writes of a first grant,
+	// in this run, before the operator starts.
+	cns, err := testenv.Namespace(ctx, c, "ceiling")
+	g.Expect(err).NotTo(HaveOccurred())
+	res.Ceiling, err = measureCeiling(ctx, c, cns, min(leases, envInt("SCALE_CEILING_GRANTS", 1000)), 32, func(i int) (string, string, string) {
+		return nsOf(i), fmt.Sprintf("fl-%d-0", i), fmt.Sprintf("fl-%d-%d", i, min(1, podsPer-1))
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Ceiling.Failed).To(BeZero(), "the API server refused writes of the ceiling's mix, the first: %s", res.Ceiling.FirstError)
+	t.Logf("ceiling: %d writes of %d first grants' mix on %d workers in %.1f s: %.0f writes a second",
+		res.Ceiling.Writes, res.Ceiling.Grants, res.Ceiling.Workers, res.Ceiling.Seconds, res.Ceiling.WritesPerSecond)
+
 	bin, kubeconfig := buildOperator(t)
 	op := startOperator(t, ctx, bin, kubeconfig)
 	w := watchLeases(t, ctx, c, nss...)
@@ -193,6 +205,9 @@ func TestScale(t *testing.T) {
 	t.Logf("cold start: %d re-grants; %d FencedLeases wait for capacity", res.ColdRegrants, res.WaitingForCapacity)
 	if res.ColdStart > 0 {
 		t.Logf("cold start: all %d FencedLeases held and published %s after the first was created; queue latency %+v", leases, allHeld.Round(100*time.Millisecond), res.ColdQueue)
+		res.ColdShare = share(leases, res.ColdStart, res.ColdWritesPerGrant, res.Ceiling)
+		t.Logf("cold start: %.2f of the ceiling (%.1f first grants a second × %.2f writes each, over %.0f writes a second)",
+			res.ColdShare, float64(leases)/res.ColdStart, sum(res.ColdWritesPerGrant), res.Ceiling.WritesPerSecond)
 	}
 	// The steady state, also when not all are held: the grants the operator
 	// holds must stay unchanged however far past its capacity it is.
@@ -324,6 +339,15 @@ func measure(t *testing.T, op *operator, d time.Duration, leases int, w *leaseWa
 		CPUPercent: 100 * (op.cpu() - cpu0).Seconds() / elapsed.Seconds(), MaxRSSMiB: float64(maxRSS) / (1 << 20),
 		HeapInuseMiB: m1["go_memstats_heap_inuse_bytes"] / (1 << 20), Queue: queueLatencyBetween(m0, m1), Heartbeats: heartbeats(m1) - heartbeats(m0),
 		ControlPlane: usageBetween(cp0, plane.sample(), elapsed, cpRSS)}
+}
+
+// sum adds the values of m.
+func sum(m map[string]float64) float64 {
+	t := 0.0
+	for _, v := range m {
+		t += v
+	}
+	return t
 }
 
 // parallel runs f(0..n-1) on workers goroutines.
