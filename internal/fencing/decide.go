@@ -65,6 +65,9 @@ func Precheck(r Request, p Principals) (d Decision, final bool) {
 			}
 		}
 	}
+	if o, got, ok := checkOwners(r, name); !ok {
+		return deny(d, ReasonOwnerUnprotected, m.ownerUnprotected(o, got.Unreadable)), true
+	}
 	if r.SubResource != "" {
 		return precheckSubResource(r, d, m)
 	}
@@ -257,6 +260,16 @@ func (m messages) rejected() string {
 		return fmt.Sprintf("%s: write with fence %d rejected", m.object(), m.fence)
 	}
 	return m.object() + ": write rejected"
+}
+
+func (m messages) ownerUnprotected(o OwnerRef, unreadable bool) string {
+	msg := fmt.Sprintf("%s: owner %s is not protected by FencedLease %q: an owner of a protected object must be that FencedLease "+
+		"or an object it protects, of a protected resource; otherwise a writer without the current fence could delete the owner, "+
+		"and the garbage collector would then delete this object", m.object(), o, m.lease)
+	if unreadable {
+		msg += fmt.Sprintf(" (the operator may not read %s objects, so it cannot tell: grant it get on them to allow such owners)", o.Kind)
+	}
+	return msg
 }
 
 func (m messages) invalidLabel() string {

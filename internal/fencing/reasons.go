@@ -32,6 +32,11 @@ const (
 	// ReasonSubresourceMetadata: a subresource write would change the
 	// stored fence annotation; only a write of the object moves it.
 	ReasonSubresourceMetadata Reason = "subresource_metadata"
+	// ReasonOwnerUnprotected: the write gives the object an owner that is
+	// neither its FencedLease nor an object of a protected resource that
+	// the same FencedLease protects: deleting that owner would make the
+	// garbage collector delete the object, without a fence.
+	ReasonOwnerUnprotected Reason = "owner_unprotected"
 	// ReasonInvalidLabel: the protected-by label is empty.
 	ReasonInvalidLabel Reason = "invalid_label"
 	// ReasonMissingFence: a write without the fence annotation, or a

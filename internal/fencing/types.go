@@ -21,6 +21,8 @@ const (
 type Object struct {
 	Labels      map[string]string
 	Annotations map[string]string
+	// Owners are its ownerReferences.
+	Owners []OwnerRef
 }
 
 // Request is an admission request for a protected object.
@@ -47,6 +49,10 @@ type Request struct {
 	// orphans dependents. It is only worked out for the system cleanup
 	// principals.
 	OwnershipOnly bool
+	// Owners is what the webhook found of the owners the request adds
+	// (AddedOwners), by UID; an owner missing from it is treated as not
+	// found.
+	Owners map[types.UID]Owner
 	// Caller is who sends the request.
 	Caller Caller
 	// DryRun says that the write is not persisted (kubectl --dry-run=server,
@@ -128,4 +134,11 @@ func (p Principals) isBreakGlass(c Caller) bool {
 		}
 	}
 	return false
+}
+
+// Exempt reports whether the caller writes protected objects without the
+// holder's checks: the operator, a break-glass user, or a system cleanup
+// controller (whose writes Precheck limits to deletions and ownership).
+func (p Principals) Exempt(c Caller) bool {
+	return p.isOperator(c) || p.isBreakGlass(c) || c.IsSystemCleanup()
 }
