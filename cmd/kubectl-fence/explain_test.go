@@ -34,6 +34,11 @@ func TestExplainRecognizesEveryDenial(t *testing.T) {
 			Old: obj("db", fence("41")), New: obj("db", fence("9223372036854775807")), Caller: standby, FieldManager: "m;fencedlease.io/fence=41"}, held},
 		{rules.ReasonMissingFence, rules.Request{Operation: rules.Update, Kind: "Deployment", Namespace: "ns", Name: "web", SubResource: "status",
 			Old: obj("db", fence("41")), New: obj("db", fence("41")), Caller: holder, FieldManager: "m"}, held},
+		{rules.ReasonOwnerUnprotected, func() rules.Request {
+			o := obj("db", fence("41"))
+			o.Owners = []rules.OwnerRef{{APIVersion: "v1", Kind: "ConfigMap", Name: "parent", UID: "u1"}}
+			return req(rules.Create, nil, o, holder)
+		}(), held},
 		{rules.ReasonInvalidLabel, req(rules.Create, nil, obj("", fence("41")), holder), held},
 		{rules.ReasonMissingFence, req(rules.Create, nil, obj("db", nil), holder), held},
 		{rules.ReasonMalformedFence, req(rules.Create, nil, obj("db", fence("041")), holder), held},

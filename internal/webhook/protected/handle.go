@@ -39,6 +39,9 @@ func (h *Handler) handle(ctx context.Context, req admission.Request, listed []co
 	if err == nil {
 		err = h.subResourceMetadata(ctx, req, &r)
 	}
+	if err == nil {
+		err = h.readOwners(ctx, &r, listed)
+	}
 	if err != nil {
 		log.Error(err, "Cannot read the admission request")
 		return admission.Errored(http.StatusBadRequest, err), resultError, reasonBadRequest

@@ -45,7 +45,7 @@ var labelSets = func() [][2]string {
 	for _, r := range []fencing.Reason{fencing.ReasonUnprotected, fencing.ReasonOperator, fencing.ReasonBreakGlass, fencing.ReasonSystemCleanup, fencing.ReasonHolder} {
 		out = append(out, [2]string{resultAllowed, string(r)})
 	}
-	for _, r := range []fencing.Reason{fencing.ReasonLabelChanged, fencing.ReasonSubresourceMetadata, fencing.ReasonInvalidLabel, fencing.ReasonMissingFence, fencing.ReasonMalformedFence,
+	for _, r := range []fencing.Reason{fencing.ReasonLabelChanged, fencing.ReasonSubresourceMetadata, fencing.ReasonOwnerUnprotected, fencing.ReasonInvalidLabel, fencing.ReasonMissingFence, fencing.ReasonMalformedFence,
 		fencing.ReasonObjectFenceRegression, fencing.ReasonStaleFence, fencing.ReasonUnknownFence, fencing.ReasonLeaseNotFound, fencing.ReasonNoHolder,
 		fencing.ReasonNotHolder, fencing.ReasonWriteNotPod, fencing.ReasonDeleteNotPod, fencing.ReasonDeleteOlderWrite} {
 		out = append(out, [2]string{resultDenied, string(r)})

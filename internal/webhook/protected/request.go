@@ -117,7 +117,11 @@ func metadataOf(raw []byte) (*fencing.Object, string, error) {
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, "", err
 	}
-	return &fencing.Object{Labels: m.Labels, Annotations: m.Annotations}, m.Name, nil
+	o := &fencing.Object{Labels: m.Labels, Annotations: m.Annotations}
+	for _, ref := range m.OwnerReferences {
+		o.Owners = append(o.Owners, fencing.OwnerRef{APIVersion: ref.APIVersion, Kind: ref.Kind, Name: ref.Name, UID: ref.UID})
+	}
+	return o, m.Name, nil
 }
 
 func callerOf(u authenticationv1.UserInfo) fencing.Caller {
