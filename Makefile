@@ -125,7 +125,7 @@ scale: control-plane ## Run the scale test: SCALE_LEASES FencedLeases on one ope
 # StatefulSets, rolling updates, scale to zero, a lost node, an operator
 # restart, a webhook replica down (about 3 minutes).
 .PHONY: test-e2e
-test-e2e: cluster-tools $(KWOK) $(HELM) ## Run the end-to-end tests on a local cluster of their own (~3 min).
+test-e2e: cluster-tools $(KWOK) $(HELM) kubelet images ## Run the end-to-end tests on a local cluster of their own, with a real node (~4 min).
 	FENCEDLEASE_KWOK=$(KWOK) go test -tags e2e $(GO_TEST_FLAGS) -v -timeout 20m ./test/e2e/
 
 # make test-restore (test/restore): on three etcd members and two API

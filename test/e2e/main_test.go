@@ -65,8 +65,9 @@ func testMain(m *testing.M) int {
 		helm = harness.Tool("helm")
 	}
 	k8sBin := harness.ControlPlaneDir()
-	if cl, err = cluster.New(cluster.Config{Dir: filepath.Join(tmp, "cluster"), K8sBin: k8sBin, Kwok: kwok,
-		NodeMonitorGracePeriod: nodeGrace}); err != nil {
+	cfg := cluster.Config{Dir: filepath.Join(tmp, "cluster"), K8sBin: k8sBin, Kwok: kwok, NodeMonitorGracePeriod: nodeGrace}
+	realNodeConfig(&cfg)
+	if cl, err = cluster.New(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
