@@ -30,7 +30,16 @@ func TestMain(m *testing.M) {
 // serve listens on addr with busy threads beside it, as a server such as
 // kube-apiserver does, until it is killed.
 func serve(addr string) {
-	l, err := net.Listen("tcp", addr)
+	// The test's own probe (listenable) holds the port for a moment while
+	// it looks: try again for a while before giving up.
+	var l net.Listener
+	var err error
+	for range 100 {
+		if l, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if err != nil {
 		os.Exit(3)
 	}
@@ -67,6 +76,7 @@ func TestKilledServerFreesItsPort(t *testing.T) {
 	c, err := New(Config{Dir: dir})
 	g.Expect(err).NotTo(HaveOccurred())
 	var taken []int
+	retries := 0
 	for i := range 20 {
 		addr, err := harness.FreeAddress()
 		g.Expect(err).NotTo(HaveOccurred())
@@ -74,8 +84,18 @@ func TestKilledServerFreesItsPort(t *testing.T) {
 		g.Expect(c.start(process{name: name, bin: bin, env: []string{listenEnv + "=" + addr}})).To(Succeed())
 		// Up once its port is taken; no connection is made to it, whose
 		// socket, orphaned by the kill, could hold the port a moment longer
-		// (the restarts of the cluster wait for that: waitListenable).
-		g.Eventually(func() bool { return listenable(addr) }).WithTimeout(10 * time.Second).Should(BeFalse())
+		// (the restarts of the cluster wait for that: waitListenable). The
+		// free address can be taken by another test's process before the
+		// server listens on it: the server then exits, and the round is
+		// run again on another address.
+		up, exited := serverUp(c, name, addr)
+		g.Expect(up || exited).To(BeTrue(), "round %d: the server neither listened on %s nor exited in 10s", i, addr)
+		if exited {
+			t.Logf("round %d: the server exited before it listened on %s (taken meanwhile); another address", i, addr)
+			retries++
+			g.Expect(retries).To(BeNumerically("<=", 5), "the server exited before listening in %d rounds:\n%s", retries, c.Tail(name, 5))
+			continue
+		}
 		g.Expect(c.kill(name)).To(Succeed())
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -86,4 +106,20 @@ func TestKilledServerFreesItsPort(t *testing.T) {
 		_ = l.Close()
 	}
 	g.Expect(len(taken)).To(BeNumerically("<=", 2), "rounds whose port was still taken after the kill: %v", taken)
+}
+
+// serverUp waits up to 10 seconds until the named server has taken addr
+// (up) or has exited.
+func serverUp(c *Cluster, name, addr string) (up, exited bool) {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if !listenable(addr) {
+			return true, false
+		}
+		if _, ok := c.pid(name); !ok {
+			return false, true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false, false
 }
