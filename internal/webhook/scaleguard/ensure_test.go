@@ -1,4 +1,4 @@
-package scaleguard
+package scaleguard_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/fencedlease/fencedlease/internal/webhook/scaleguard"
 	"github.com/fencedlease/fencedlease/test/harness"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestEnsureConcurrent(t *testing.T) {
 	harness.Needs(t, "an API server")
 	ctx := context.Background()
-	g := Guard{Role: "test-scale-guard", SANamespace: "fencedlease-system", SAName: "scale-guard"}
+	g := scaleguard.Guard{Role: "test-scale-guard", SANamespace: "fencedlease-system", SAName: "scale-guard"}
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: g.Role}}
 	if err := env.Client.Create(ctx, role); err != nil {
 		t.Fatal(err)
@@ -30,7 +31,7 @@ func TestEnsureConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	gr := schema.GroupResource{Group: "apps", Resource: "deployments"}
-	if ok, err := g.allowed(ctx, env.Client, gr, "default", "web-0"); err != nil || ok {
+	if ok, err := scaleguard.Allowed(g, ctx, env.Client, gr, "default", "web-0"); err != nil || ok {
 		t.Fatalf("before Ensure: allowed=%v err=%v, want false", ok, err)
 	}
 	var wg sync.WaitGroup
@@ -44,11 +45,11 @@ func TestEnsureConcurrent(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Ensure web-%d: %v", i, err)
 		}
-		if ok, err := g.allowed(ctx, env.Client, gr, "default", fmt.Sprintf("web-%d", i)); err != nil || !ok {
+		if ok, err := scaleguard.Allowed(g, ctx, env.Client, gr, "default", fmt.Sprintf("web-%d", i)); err != nil || !ok {
 			t.Errorf("web-%d: allowed=%v err=%v, want true", i, ok, err)
 		}
 	}
-	if ok, _ := g.allowed(ctx, env.Client, gr, "other", "web-0"); ok {
+	if ok, _ := scaleguard.Allowed(g, ctx, env.Client, gr, "other", "web-0"); ok {
 		t.Errorf("web-0 in namespace other is guarded, want only default")
 	}
 }

@@ -49,15 +49,20 @@ func Guarded(rules []rbacv1.PolicyRule, gr schema.GroupResource, ns, name string
 // (one rule per pseudo-resource, names sorted), so the ClusterRole stays
 // small and its writes are deterministic. rules is not modified.
 func Add(rules []rbacv1.PolicyRule, gr schema.GroupResource, ns, name string) ([]rbacv1.PolicyRule, bool) {
-	if Guarded(rules, gr, ns, name) {
-		return rules, false
+	return addKey(rules, Key{Resource: Resource(gr, ns), Name: name})
+}
+
+func addKey(rules []rbacv1.PolicyRule, k Key) ([]rbacv1.PolicyRule, bool) {
+	for _, r := range rules {
+		if isGuardRule(r, k.Resource) && slices.Contains(r.ResourceNames, k.Name) {
+			return rules, false
+		}
 	}
-	res := Resource(gr, ns)
 	out := make([]rbacv1.PolicyRule, 0, len(rules)+1)
 	added := false
 	for _, r := range rules {
-		if !added && isGuardRule(r, res) {
-			r.ResourceNames = append(slices.Clone(r.ResourceNames), name)
+		if !added && isGuardRule(r, k.Resource) {
+			r.ResourceNames = append(slices.Clone(r.ResourceNames), k.Name)
 			slices.Sort(r.ResourceNames)
 			added = true
 		}
@@ -66,8 +71,8 @@ func Add(rules []rbacv1.PolicyRule, gr schema.GroupResource, ns, name string) ([
 	if !added {
 		out = append(out, rbacv1.PolicyRule{
 			APIGroups:     []string{Group},
-			Resources:     []string{res},
-			ResourceNames: []string{name},
+			Resources:     []string{k.Resource},
+			ResourceNames: []string{k.Name},
 			Verbs:         []string{Verb},
 		})
 	}

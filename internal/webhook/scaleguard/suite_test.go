@@ -1,4 +1,4 @@
-package scaleguard
+package scaleguard_test
 
 import (
 	"testing"
