@@ -20,6 +20,7 @@ import (
 	"github.com/fencedlease/fencedlease/internal/certs"
 	"github.com/fencedlease/fencedlease/internal/setup"
 	"github.com/fencedlease/fencedlease/internal/webhook/endpoint"
+	"github.com/fencedlease/fencedlease/internal/webhook/scaleguard"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -42,6 +43,8 @@ type flags struct {
 	statusRenewalInterval      time.Duration
 	cacheWholePods             bool
 	tokenSecret                string
+	scaleGuardRole             string
+	scaleGuardAccount          string
 	certs                      certs.Options
 	heartbeat                  fencedlease.Heartbeat
 }
@@ -80,6 +83,10 @@ func registerFlags(fs *flag.FlagSet, f *flags, opts *zap.Options) {
 		"MutatingWebhookConfiguration of the pod webhook: its path gets the token.")
 	fs.Int64Var(&f.webhook.MaxRequestBytes, "webhook-max-request-bytes", endpoint.DefaultMaxRequestBytes,
 		"Largest admission request body the webhooks read; larger ones are refused unread.")
+	fs.StringVar(&f.scaleGuardRole, "scale-guard-role", "",
+		"ClusterRole whose rules name the protected objects whose scale writes the fencing webhook decides (the scale guard); the operator keeps it. Empty: no guard, and the scale webhook is called for every scale write of the resources it lists.")
+	fs.StringVar(&f.scaleGuardAccount, "scale-guard-service-account", "",
+		"ServiceAccount (namespace/name) bound to --scale-guard-role, which the scale webhook's matchCondition asks the authorizer about; it runs nothing.")
 	fs.Func("operator-user", "User name the operator authenticates as (repeatable), e.g. system:serviceaccount:fencedlease-system:fencedlease-controller-manager; it may write protected objects.", appendTo(&f.webhook.OperatorUsers))
 	fs.Func("break-glass-user", "User allowed to write protected objects without a token (repeatable); every such write is logged, recorded as an Event and counted.", appendTo(&f.webhook.BreakGlassUsers))
 	fs.Func("break-glass-group", "Group allowed to write protected objects without a token (repeatable); audited like --break-glass-user.", appendTo(&f.webhook.BreakGlassGroups))
@@ -120,6 +127,18 @@ func parseSecret(v string) (types.NamespacedName, error) {
 	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
+// scaleGuard is the guard of the two flags, nil when neither is set.
+func scaleGuard(role, account string) (*scaleguard.Guard, error) {
+	if role == "" && account == "" {
+		return nil, nil
+	}
+	ns, name, ok := strings.Cut(account, "/")
+	if role == "" || !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return nil, fmt.Errorf("--scale-guard-role=%q --scale-guard-service-account=%q: want both, the second as namespace/name", role, account)
+	}
+	return &scaleguard.Guard{Role: role, SANamespace: ns, SAName: name}, nil
+}
+
 func appendTo(list *[]string) func(string) error {
 	return func(v string) error {
 		*list = append(*list, v)
@@ -142,6 +161,9 @@ func run(f flags) error {
 	ctx := ctrl.SetupSignalHandler()
 	var err error
 	if f.webhook.TokenSecret, err = parseSecret(f.tokenSecret); err != nil {
+		return fmt.Errorf("check flags: %w", err)
+	}
+	if f.webhook.ScaleGuard, err = scaleGuard(f.scaleGuardRole, f.scaleGuardAccount); err != nil {
 		return fmt.Errorf("check flags: %w", err)
 	}
 	if f.statusRenewalInterval < 0 {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,6 +18,7 @@ import (
 	"github.com/fencedlease/fencedlease/internal/webhook/endpoint"
 	"github.com/fencedlease/fencedlease/internal/webhook/podinject"
 	"github.com/fencedlease/fencedlease/internal/webhook/protected"
+	"github.com/fencedlease/fencedlease/internal/webhook/scaleguard"
 )
 
 // Defaults of WebhookOptions: the names that both install paths give the
@@ -39,6 +42,9 @@ const (
 	DefaultPodConfiguration = "fencedlease-pod-injector"
 	// FencingWebhook is the name of the fencing webhook in its configuration.
 	FencingWebhook = "protected.fencedlease.io"
+	// ScaleWebhook is the name of the webhook of scale writes in the same
+	// configuration, which the scale guard's matchCondition selects for.
+	ScaleWebhook = "protected-scale.fencedlease.io"
 )
 
 // WebhookOptions configure the admission webhooks.
@@ -63,6 +69,13 @@ type WebhookOptions struct {
 	// MaxRequestBytes caps the body of an admission request;
 	// endpoint.DefaultMaxRequestBytes if 0.
 	MaxRequestBytes int64
+	// ScaleGuard, if set, keeps the scale webhook to the objects that are
+	// protected (internal/webhook/scaleguard): its matchCondition is written
+	// with the path token, each admitted write that protects an object of a
+	// resource whose scale is decided guards the object first, and the
+	// leader resyncs the guard every ScaleGuardResync (a minute if zero).
+	ScaleGuard       *scaleguard.Guard
+	ScaleGuardResync time.Duration
 	// WrapCache, if set, wraps the cached client the fencing webhook reads
 	// FencedLeases from (tests use it to make that cache lag).
 	WrapCache func(client.Client) client.Reader
@@ -97,6 +110,7 @@ func WebhookEndpoint(ctx context.Context, mgr ctrl.Manager, opts WebhookOptions)
 		ValidatingConfiguration: opts.FencingConfiguration,
 		MutatingConfiguration:   opts.PodConfiguration,
 		MaxRequestBytes:         opts.MaxRequestBytes,
+		ConfigureValidating:     configureValidating(opts),
 	})
 	if err != nil {
 		return nil, err
@@ -127,9 +141,53 @@ var webhookRegistrars = []func(ctrl.Manager, *endpoint.Endpoint, WebhookOptions)
 			Recorder: mgr.GetEventRecorder(Name), Interval: time.Minute}); err != nil {
 			return fmt.Errorf("add the check of the fencing webhook's resources: %w", err)
 		}
+		guard, err := addScaleGuard(mgr, o, resources)
+		if err != nil {
+			return err
+		}
 		return protected.Add(mgr, protected.Options{OperatorUsers: o.OperatorUsers, BreakGlassUsers: o.BreakGlassUsers,
-			BreakGlassGroups: o.BreakGlassGroups, Endpoint: ep, Cache: cache, Resources: resources})
+			BreakGlassGroups: o.BreakGlassGroups, Endpoint: ep, Cache: cache, Resources: resources, ScaleGuard: guard})
 	},
+}
+
+// configureValidating gives the scale webhook the guard's matchCondition.
+func configureValidating(o WebhookOptions) func(*admissionregistrationv1.ValidatingWebhookConfiguration) bool {
+	if o.ScaleGuard == nil {
+		return nil
+	}
+	g := *o.ScaleGuard
+	return func(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) bool {
+		return g.Configure(cfg, ScaleWebhook)
+	}
+}
+
+// addScaleGuard adds the guard's keeper (for the fencing webhook) and its
+// resync (on the leader) to the manager; nil, nil without a guard.
+func addScaleGuard(mgr ctrl.Manager, o WebhookOptions, resources *coverage.Resources) (protected.ScaleGuard, error) {
+	if o.ScaleGuard == nil {
+		return nil, nil
+	}
+	keeper, err := scaleguard.NewKeeper(mgr, *o.ScaleGuard)
+	if err != nil {
+		return nil, err
+	}
+	resync := &scaleguard.Resync{Guard: *o.ScaleGuard, Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Mapper: mgr.GetRESTMapper(),
+		Interval: o.ScaleGuardResync, Scaled: func(ctx context.Context) []schema.GroupResource { return scaled(resources.Listed(ctx)) }}
+	if err := mgr.Add(resync); err != nil {
+		return nil, fmt.Errorf("add the resync of the scale guard: %w", err)
+	}
+	return keeper, nil
+}
+
+// scaled are the resources whose scale writes listed sends.
+func scaled(listed []coverage.Resource) []schema.GroupResource {
+	var out []schema.GroupResource
+	for _, r := range listed {
+		if r.SubResource == "scale" && r.Group != "*" && r.Resource != "*" {
+			out = append(out, schema.GroupResource{Group: r.Group, Resource: r.Resource})
+		}
+	}
+	return out
 }
 
 // AddWebhooks registers every admission webhook with the manager's webhook

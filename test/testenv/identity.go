@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/fencedlease/fencedlease/internal/setup"
+	"github.com/fencedlease/fencedlease/internal/webhook/scaleguard"
 )
 
 // The operator's identity in the default install (config/default): its
@@ -79,13 +80,16 @@ func OperatorConfig(ctx context.Context, e *Env) (*rest.Config, error) {
 	return ServiceAccountConfig(ctx, e.Config, sa)
 }
 
-// installedWebhookNames renames the webhook configurations that rules name
-// by resourceNames (config/webhook's names) as both installs do: with
-// InstallPrefix, the name WithWebhooks installs them under.
+// installedWebhookNames renames the webhook configurations and the
+// ClusterRole (the scale guard's) that rules name by resourceNames
+// (config/'s names) as both installs do: with InstallPrefix, the name
+// WithWebhooks and InstallScaleGuard install them under.
 func installedWebhookNames(rules []rbacv1.PolicyRule) []rbacv1.PolicyRule {
 	for i, r := range rules {
-		if !slices.Contains(r.APIGroups, admissionregistrationv1.GroupName) ||
-			!slices.ContainsFunc(r.Resources, func(res string) bool { return strings.HasSuffix(res, "webhookconfigurations") }) {
+		webhooks := slices.Contains(r.APIGroups, admissionregistrationv1.GroupName) &&
+			slices.ContainsFunc(r.Resources, func(res string) bool { return strings.HasSuffix(res, "webhookconfigurations") })
+		roles := slices.Contains(r.APIGroups, rbacv1.GroupName) && slices.Contains(r.Resources, "clusterroles")
+		if !webhooks && !roles {
 			continue
 		}
 		for j, n := range r.ResourceNames {
@@ -240,6 +244,32 @@ func apply(ctx context.Context, c client.Client, obj client.Object) error {
 	obj.SetResourceVersion(existing.GetResourceVersion())
 	if err := c.Update(ctx, obj); err != nil {
 		return fmt.Errorf("update %T %s: %w", obj, client.ObjectKeyFromObject(obj), err)
+	}
+	return nil
+}
+
+// ScaleGuard is the scale guard as config/rbac/scale_guard.yaml installs it
+// (InstallScaleGuard), and as config/manager passes it to the operator.
+var ScaleGuard = scaleguard.Guard{Role: InstallPrefix + "scale-guard", SANamespace: OperatorNamespace, SAName: InstallPrefix + "scale-guard"}
+
+// InstallScaleGuard installs the scale guard's service account, ClusterRole
+// (without rules) and binding, as config/rbac/scale_guard.yaml does.
+func InstallScaleGuard(ctx context.Context, c client.Client) error {
+	g := ScaleGuard
+	if err := ensure(ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: g.SANamespace}}); err != nil {
+		return err
+	}
+	objs := []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: g.SANamespace, Name: g.SAName}},
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: g.Role}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: g.Role},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: g.Role},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: g.SANamespace, Name: g.SAName}}},
+	}
+	for _, o := range objs {
+		if err := ensure(ctx, c, o); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -32,6 +33,11 @@ type Options struct {
 	ValidatingConfiguration, MutatingConfiguration string
 	// MaxRequestBytes caps the body of a request; DefaultMaxRequestBytes if 0.
 	MaxRequestBytes int64
+	// ConfigureValidating, if set, makes the validating configuration what
+	// the operator needs beyond the paths (the scale webhook's
+	// matchCondition), reporting whether it changed anything; it is applied
+	// with the token, and again whenever the configuration changes.
+	ConfigureValidating func(*admissionregistrationv1.ValidatingWebhookConfiguration) bool
 }
 
 // Endpoint serves admission handlers under a secret path.

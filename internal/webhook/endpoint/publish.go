@@ -87,6 +87,9 @@ func (e *Endpoint) Publish(ctx context.Context, r client.Reader, w client.Writer
 				}
 				changed = changed || c
 			}
+			if e.opts.ConfigureValidating != nil && e.opts.ConfigureValidating(o) {
+				changed = true
+			}
 			return changed, nil
 		})
 		if err != nil {
@@ -129,7 +132,7 @@ func publish[T client.Object](ctx context.Context, r client.Reader, w client.Wri
 		if err := w.Update(ctx, obj); err != nil {
 			return fmt.Errorf("update the webhook paths of %s %s: %w", kind, name, err)
 		}
-		log.Info("Published the webhook path token")
+		log.Info("Published the webhook configuration (path token, scale guard)")
 		return nil
 	})
 }

@@ -62,6 +62,10 @@ func (h *Handler) handle(ctx context.Context, req admission.Request, listed []co
 	if !d.Allowed {
 		return admission.Denied(d.Message), resultDenied, string(d.Reason)
 	}
+	if err := h.guardScale(ctx, req, r, listed); err != nil {
+		log.Error(err, "Cannot guard the scale writes of a protected object")
+		return admission.Errored(http.StatusInternalServerError, err), resultError, reasonGuardError
+	}
 	resp := admission.Allowed("")
 	if d.Reason == fencing.ReasonBreakGlass {
 		note := fmt.Sprintf("recorded as an Event on FencedLease %q", d.Lease)

@@ -24,6 +24,7 @@ const (
 const (
 	reasonBadRequest = "bad_request"
 	reasonReadError  = "lease_read_error"
+	reasonGuardError = "scale_guard_error"
 )
 
 // Values of the resource label: "configmaps", "secrets", another resource
@@ -50,7 +51,7 @@ var labelSets = func() [][2]string {
 		fencing.ReasonNotHolder, fencing.ReasonWriteNotPod, fencing.ReasonDeleteNotPod, fencing.ReasonDeleteOlderWrite} {
 		out = append(out, [2]string{resultDenied, string(r)})
 	}
-	return append(out, [2]string{resultError, reasonBadRequest}, [2]string{resultError, reasonReadError})
+	return append(out, [2]string{resultError, reasonBadRequest}, [2]string{resultError, reasonReadError}, [2]string{resultError, reasonGuardError})
 }()
 
 var resources = []string{resourceConfigMaps, resourceSecrets, resourceOther}

@@ -122,49 +122,38 @@ func TestScale(t *testing.T) {
 	f.startOperator(testenv.ManagerOptions{})
 	_, _, n, asA, asB := f.holderAndStandby()
 
-	deployment := func(name string, labels map[string]string) *appsv1.Deployment {
-		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name, Labels: labels},
-			Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
-					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "c"}}}}}}
-		return d
-	}
-	scaleTo := func(c client.Client, obj client.Object, replicas int32, fieldManager string) error {
-		s := &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: obj.GetName()}, Spec: autoscalingv1.ScaleSpec{Replicas: replicas}}
-		return c.SubResource("scale").Update(f.ctx, obj, client.WithSubResourceBody(s), client.FieldOwner(fieldManager))
-	}
-	protected := deployment("web", map[string]string{fencingv1alpha1.LabelProtectedBy: "db"})
+	protected := f.deployment("web", map[string]string{fencingv1alpha1.LabelProtectedBy: "db"})
 	protected.Annotations = map[string]string{fencingv1alpha1.AnnotationFence: fenceOf(n)}
 	f.g.Expect(asA.Create(f.ctx, protected)).To(Succeed())
-	f.g.Expect(f.c.Create(f.ctx, deployment("free", nil))).To(Succeed())
+	f.g.Expect(f.c.Create(f.ctx, f.deployment("free", nil))).To(Succeed())
 	obj := "Deployment " + f.ns + "/web (scale)"
 	expectDenied := func(err error, message string) {
 		t.Helper()
 		f.g.Expect(err).To(MatchError(`admission webhook "protected-scale.fencedlease.io" denied the request: ` + message))
 	}
 
-	expectDenied(scaleTo(asA, protected, 2, "autoscaler"),
+	expectDenied(f.scaleTo(asA, protected, 2, "autoscaler"),
 		obj+`: write rejected: no fencedlease.io/fence annotation: a scale write cannot carry one on the object: it carries its fence in its field manager (<manager>;fencedlease.io/fence=<N>); only the holder of FencedLease "db" may write this object, with its fence`)
-	f.g.Expect(scaleTo(asA, protected, 3, withFence("autoscaler", n))).To(Succeed())
-	expectDenied(scaleTo(asB, protected, 4, withFence("autoscaler", n)),
+	f.g.Expect(f.scaleTo(asA, protected, 3, withFence("autoscaler", n))).To(Succeed())
+	expectDenied(f.scaleTo(asB, protected, 4, withFence("autoscaler", n)),
 		fmt.Sprintf(`%s: write with fence %d rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence %d)`, obj, n, n))
-	expectDenied(scaleTo(f.user("mallory"), protected, 4, withFence("kubectl", n)),
+	expectDenied(f.scaleTo(f.user("mallory"), protected, 4, withFence("kubectl", n)),
 		fmt.Sprintf(`%s: write with fence %d rejected: user "mallory" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`, obj, n))
-	expectDenied(scaleTo(asA, protected, 4, withFence("autoscaler", n-1)),
+	expectDenied(f.scaleTo(asA, protected, 4, withFence("autoscaler", n-1)),
 		fmt.Sprintf(`%s: write with fence %d rejected: stale holder: FencedLease "db" is at fence %d`, obj, n-1, n))
 	got := &appsv1.Deployment{}
 	f.g.Expect(f.c.Get(f.ctx, client.ObjectKeyFromObject(protected), got)).To(Succeed())
 	f.g.Expect(*got.Spec.Replicas).To(BeEquivalentTo(3))
 
 	// Not protected: scaled by anyone.
-	free := deployment("free", nil)
-	f.g.Expect(scaleTo(f.user("mallory"), free, 5, "kubectl")).To(Succeed())
+	free := f.deployment("free", nil)
+	f.g.Expect(f.scaleTo(f.user("mallory"), free, 5, "kubectl")).To(Succeed())
 
 	// A Widget's scale is protected the same way.
 	f.g.Expect(asA.Create(f.ctx, f.widget("w", "db", fenceOf(n), 1))).To(Succeed())
 	w := f.widget("w", "db", "", 0)
-	f.g.Expect(scaleTo(asA, w, 2, withFence("autoscaler", n))).To(Succeed())
-	expectDenied(scaleTo(asB, w, 3, withFence("autoscaler", n)),
+	f.g.Expect(f.scaleTo(asA, w, 2, withFence("autoscaler", n))).To(Succeed())
+	expectDenied(f.scaleTo(asB, w, 3, withFence("autoscaler", n)),
 		fmt.Sprintf(`Widget %s/w (scale): write with fence %d rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence %d)`, f.ns, n, n))
 }
 
@@ -208,4 +197,18 @@ func TestUnknownResourceIsReported(t *testing.T) {
 		g.Expect(found).To(BeTrue(), "a Warning Event names the unknown resource")
 		g.Expect(gauge("fencedlease_webhook_unknown_resources")).To(Equal(1.0))
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+}
+
+// deployment is a Deployment of the test's namespace with one replica.
+func (f *fixture) deployment(name string, labels map[string]string) *appsv1.Deployment {
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name, Labels: labels},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "c"}}}}}}
+}
+
+// scaleTo writes obj's scale subresource as c, with that field manager.
+func (f *fixture) scaleTo(c client.Client, obj client.Object, replicas int32, fieldManager string) error {
+	s := &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: obj.GetName()}, Spec: autoscalingv1.ScaleSpec{Replicas: replicas}}
+	return c.SubResource("scale").Update(f.ctx, obj, client.WithSubResourceBody(s), client.FieldOwner(fieldManager))
 }

@@ -45,6 +45,7 @@ var webhookOptions = setup.WebhookOptions{
 	OperatorUsers:    []string{operatorUser},
 	BreakGlassUsers:  []string{"bob"},
 	BreakGlassGroups: []string{breakGlassGroup},
+	ScaleGuard:       &testenv.ScaleGuard,
 }
 
 // TestMain starts the control plane with the webhook configurations of
@@ -65,6 +66,9 @@ func TestMain(m *testing.M) {
 			return err
 		}
 		if err := protectMore(ctx, e.Client); err != nil {
+			return err
+		}
+		if err := testenv.InstallScaleGuard(ctx, e.Client); err != nil {
 			return err
 		}
 		return testenv.InstallPolicies(ctx, e.Client, testenv.PolicyFiles()...)
@@ -107,11 +111,12 @@ func protectMore(ctx context.Context, c client.Client) error {
 	if err := c.Update(ctx, cfg); err != nil {
 		return err
 	}
-	// The webhook reads the object of a scale write (as the chart grants it
-	// for the scale subresources it lists).
+	// The webhook reads the object of a scale write, and the scale guard's
+	// resync lists the labelled ones (as the chart grants it for the scale
+	// subresources it lists).
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "fencedlease-scale-reader"}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get"}},
-		{APIGroups: []string{"examples.fencedlease.io"}, Resources: []string{"widgets"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list"}},
+		{APIGroups: []string{"examples.fencedlease.io"}, Resources: []string{"widgets"}, Verbs: []string{"get", "list"}},
 	}}
 	if err := c.Create(ctx, role); err != nil {
 		return err

@@ -53,6 +53,10 @@ type Options struct {
 	// Mapper maps a resource to its kind, for the object of a subresource
 	// write (scale) whose request carries none of its metadata.
 	Mapper meta.RESTMapper
+	// ScaleGuard, if set, guards the object of every admitted write that
+	// leaves it protected, when the scale writes of its resource are
+	// decided too (scale.go).
+	ScaleGuard ScaleGuard
 }
 
 // ResourceLister lists the resources whose writes the webhook decides.
@@ -110,11 +114,12 @@ func NewHandler(o Options, recorder events.EventRecorder) *Handler {
 			BreakGlassUsers:  o.BreakGlassUsers,
 			BreakGlassGroups: o.BreakGlassGroups,
 		},
-		Cache:     o.Cache,
-		APIReader: o.APIReader,
-		Resources: o.Resources,
-		Mapper:    o.Mapper,
-		Recorder:  recorder,
+		Cache:      o.Cache,
+		APIReader:  o.APIReader,
+		Resources:  o.Resources,
+		Mapper:     o.Mapper,
+		ScaleGuard: o.ScaleGuard,
+		Recorder:   recorder,
 	}
 }
 
@@ -127,6 +132,8 @@ type Handler struct {
 	APIReader client.Reader
 	Resources ResourceLister
 	Mapper    meta.RESTMapper
+	// ScaleGuard guards objects whose scale writes are decided: see Options.
+	ScaleGuard ScaleGuard
 	// Recorder records StaleWriteRejected and BreakGlassWrite Events on the
 	// FencedLease.
 	Recorder events.EventRecorder
