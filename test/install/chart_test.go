@@ -129,6 +129,11 @@ func checkReferences(t *testing.T, objs []*unstructured.Unstructured, prefix, ns
 							g.Expect(validating).To(ContainElement(n), "%s %s", o.GetKind(), o.GetName())
 						case "mutatingwebhookconfigurations":
 							g.Expect(mutating).To(ContainElement(n), "%s %s", o.GetKind(), o.GetName())
+						case "clusterroles":
+							// The scale guard, the one ClusterRole the operator writes.
+							g.Expect(n).To(Equal(prefix+"-scale-guard"), "%s %s", o.GetKind(), o.GetName())
+							g.Expect(args(c, "scale-guard-role")).To(Equal([]string{n}))
+							find(t, objs, "ClusterRole", n)
 						default:
 							t.Errorf("%s %s: unexpected resourceNames on %s", o.GetKind(), o.GetName(), res)
 						}
@@ -138,8 +143,14 @@ func checkReferences(t *testing.T, objs []*unstructured.Unstructured, prefix, ns
 		case "RoleBinding", "ClusterRoleBinding":
 			b := into[rbacv1.RoleBinding](t, o)
 			find(t, objs, b.RoleRef.Kind, b.RoleRef.Name)
+			subject := sa.GetName()
+			if b.RoleRef.Name == prefix+"-scale-guard" {
+				// The scale guard's service account, which runs nothing.
+				subject = prefix + "-scale-guard"
+				g.Expect(args(c, "scale-guard-service-account")).To(Equal([]string{ns + "/" + subject}))
+			}
 			for _, s := range b.Subjects {
-				g.Expect(s).To(Equal(rbacv1.Subject{Kind: "ServiceAccount", Name: sa.GetName(), Namespace: ns}), "%s %s", o.GetKind(), o.GetName())
+				g.Expect(s).To(Equal(rbacv1.Subject{Kind: "ServiceAccount", Name: subject, Namespace: ns}), "%s %s", o.GetKind(), o.GetName())
 			}
 		case "ValidatingAdmissionPolicyBinding":
 			b := into[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, o)
@@ -166,15 +177,16 @@ func checkReferences(t *testing.T, objs []*unstructured.Unstructured, prefix, ns
 }
 
 // releaseRules are the rules of a generated role as an install must grant
-// them: the webhook configurations that resourceNames name (as
-// config/webhook names them) by their installed names, prefix + "-" + name,
-// and other names (the path token's Secret) as they are.
+// them: the webhook configurations and the scale guard's ClusterRole that
+// resourceNames name (as config/ names them) by their installed names,
+// prefix + "-" + name, and other names (the path token's Secret) as they
+// are.
 func releaseRules(rules []rbacv1.PolicyRule, prefix string) []rbacv1.PolicyRule {
 	var out []rbacv1.PolicyRule
 	for _, r := range rules {
 		r = *r.DeepCopy()
 		for _, res := range r.Resources {
-			if strings.HasSuffix(res, "webhookconfigurations") {
+			if strings.HasSuffix(res, "webhookconfigurations") || res == "clusterroles" {
 				for i, n := range r.ResourceNames {
 					r.ResourceNames[i] = prefix + "-" + n
 				}

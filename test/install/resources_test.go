@@ -3,14 +3,18 @@ package install_test
 import (
 	"context"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/fencedlease/fencedlease/internal/coverage"
+	"github.com/fencedlease/fencedlease/internal/webhook/scaleguard"
 )
 
 // fencingWebhooks returns the webhooks of the fencing configuration.
@@ -47,7 +51,57 @@ func checkProtectsDeployments(t *testing.T, objs []*unstructured.Unstructured, r
 	g.Expect(hooks[1].Rules[0].Operations).To(Equal([]admissionregistrationv1.OperationType{admissionregistrationv1.Update}))
 	g.Expect(hooks[1].ClientConfig.Service).To(Equal(hooks[0].ClientConfig.Service), "the same endpoint decides both")
 	g.Expect(hooks[1].FailurePolicy).To(Equal(hooks[0].FailurePolicy))
-	g.Expect(rules).To(ContainElement(rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get"}}))
+	g.Expect(grants(rules, "apps", "deployments", "get")).To(BeTrue(), "the operator reads a scaled Deployment's label")
+	g.Expect(grants(rules, "apps", "deployments", "list")).To(BeTrue(), "the scale guard's resync lists the labelled Deployments")
+	// Finding 5 of issue 43: the webhook of scale writes is called only for
+	// the objects the scale guard names, through the condition the operator
+	// writes too (so that both agree), and the fencing webhook, which writes
+	// the guard, has no side effect on a dry run.
+	guard := scaleguard.Guard{Role: "fencedlease-scale-guard", SANamespace: "fencedlease-system", SAName: "fencedlease-scale-guard"}
+	g.Expect(hooks[1].MatchConditions).To(Equal([]admissionregistrationv1.MatchCondition{guard.MatchCondition()}))
+	for _, h := range hooks {
+		g.Expect(*h.SideEffects).To(Equal(admissionregistrationv1.SideEffectClassNoneOnDryRun), h.Name)
+	}
+	checkScaleGuard(t, objs, guard)
+}
+
+// checkScaleGuard: the install has the guard's service account, its
+// ClusterRole without rules (the operator writes them: an apply that named
+// them would take them away), the binding, the operator's flags naming
+// them, and the operator's right to write that one role and to hold the
+// guard verb (RBAC's escalation check).
+func checkScaleGuard(t *testing.T, objs []*unstructured.Unstructured, guard scaleguard.Guard) {
+	g := NewWithT(t)
+	sa := find(t, objs, "ServiceAccount", guard.SAName)
+	g.Expect(sa.GetNamespace()).To(Equal(guard.SANamespace))
+	role := find(t, objs, "ClusterRole", guard.Role)
+	_, hasRules := role.Object["rules"]
+	g.Expect(hasRules).To(BeFalse(), "the guard's rules are the operator's")
+	binding := into[rbacv1.ClusterRoleBinding](t, find(t, objs, "ClusterRoleBinding", guard.Role))
+	g.Expect(binding.RoleRef.Name).To(Equal(guard.Role))
+	g.Expect(binding.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: guard.SAName, Namespace: guard.SANamespace}}))
+	manager := into[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "fencedlease-manager-role"))
+	g.Expect(manager.Rules).To(ContainElement(rbacv1.PolicyRule{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"},
+		ResourceNames: []string{guard.Role}, Verbs: []string{"get", "list", "update", "watch"}}))
+	g.Expect(grants(manager.Rules, scaleguard.Group, "*", scaleguard.Verb)).To(BeTrue())
+	var deployment *appsv1.Deployment
+	for _, o := range objs {
+		if o.GetKind() == "Deployment" && strings.HasSuffix(o.GetName(), "controller-manager") {
+			deployment = into[appsv1.Deployment](t, o)
+		}
+	}
+	g.Expect(deployment).NotTo(BeNil(), "the operator's Deployment")
+	g.Expect(deployment.Spec.Template.Spec.Containers[0].Args).To(ContainElements("--scale-guard-role="+guard.Role, "--scale-guard-service-account="+guard.SANamespace+"/"+guard.SAName))
+}
+
+// grants says whether a rule grants verb on resource of group.
+func grants(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
+	for _, r := range rules {
+		if slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, verb) && len(r.ResourceNames) == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // TestChartProtectedResources: webhooks.protectedResources renders the

@@ -43,6 +43,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "fencedlease.operatorUser" -}}
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "fencedlease.serviceAccountName" . }}
 {{- end }}
+{{- define "fencedlease.scaleGuard" -}}
+{{ include "fencedlease.fullname" . }}-scale-guard
+{{- end }}
 {{- define "fencedlease.webhookService" -}}
 {{ include "fencedlease.fullname" . }}-webhook-service
 {{- end }}
@@ -117,7 +120,8 @@ which the operator creates as --webhook-token-secret. Returned as YAML:
 {{- end }}
 {{- end }}
 {{- $secrets := dict "fencedlease-webhook-token" (include "fencedlease.tokenSecret" .) }}
-{{- toYaml (dict "validatingwebhookconfigurations" $validating "mutatingwebhookconfigurations" $mutating "secrets" $secrets) }}
+{{- $clusterroles := dict "scale-guard" (include "fencedlease.scaleGuard" .) }}
+{{- toYaml (dict "validatingwebhookconfigurations" $validating "mutatingwebhookconfigurations" $mutating "secrets" $secrets "clusterroles" $clusterroles) }}
 {{- end }}
 
 {{/*
