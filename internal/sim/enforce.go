@@ -84,8 +84,16 @@ func (c *checker) decided(s *Sim, r *request, start int64, allowed, lagging bool
 // version cur of the object that the webhook decided on (invariant 3): an
 // update never carries a lower fence than the stored one, and a delete never
 // removes what the holder of a newer grant than the deleter's wrote.
-func (c *checker) applied(s *Sim, r *request, cur *corev1.ConfigMap) {
+func (c *checker) applied(s *Sim, r *request, cur, obj *corev1.ConfigMap) {
 	stored := storedFence(cur, r.lease)
+	if r.status && cur != nil && obj != nil {
+		// No subresource write unprotects an object or moves its stored
+		// fence, whoever sends it.
+		if obj.Labels[fencingv1alpha1.LabelProtectedBy] != cur.Labels[fencingv1alpha1.LabelProtectedBy] ||
+			obj.Annotations[fencingv1alpha1.AnnotationFence] != cur.Annotations[fencingv1alpha1.AnnotationFence] {
+			c.fail(s, "%s was applied and changed the protected object's label or stored fence", r)
+		}
+	}
 	switch r.op {
 	case admissionv1.Update:
 		if r.fence < stored {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -34,10 +35,31 @@ type request struct {
 	fence int64
 	// believed is the fence the process believes it holds, 0 when none.
 	believed int64
+	// status makes the write a status subresource write, the fence in its
+	// field manager, keeping the object's metadata changes as the API
+	// server does for most built-in resources; meta is the change of
+	// metadata it tries.
+	status bool
+	meta   metaChange
 }
 
+// metaChange is a change of a protected object's metadata that a
+// subresource write tries: none, removing the protected-by label, or moving
+// the stored fence far ahead (which would block the holder).
+type metaChange int
+
+const (
+	metaNone metaChange = iota
+	metaUnlabel
+	metaMoveFence
+)
+
 func (r *request) String() string {
-	return fmt.Sprintf("pod %s %s ConfigMap %s (fence %d, believes %d)", r.pod, r.op, r.name, r.fence, r.believed)
+	sub := ""
+	if r.status {
+		sub = fmt.Sprintf(" status (metadata change %d)", r.meta)
+	}
+	return fmt.Sprintf("pod %s %s ConfigMap %s%s (fence %d, believes %d)", r.pod, r.op, r.name, sub, r.fence, r.believed)
 }
 
 // work lets the command of a process write a protected object, if it works
@@ -81,6 +103,17 @@ func (w *world) work(pod *corev1.Pod, p *proc) bool {
 			r.fence = 1
 		}
 		s.stats.ImpostorWrites++
+	}
+	if r.op == admissionv1.Update && s.rng.Intn(4) == 0 {
+		// A status write, which keeps metadata changes on most built-in
+		// resources: one in two tries to unprotect the object or move its
+		// stored fence.
+		r.status = true
+		r.meta = metaChange(s.rng.Intn(4) % 3)
+		s.stats.StatusWrites++
+		if r.meta != metaNone {
+			s.stats.MetadataChangingWrites++
+		}
 	}
 	if r.op == admissionv1.Delete && r.believed > 0 && r.believed < s.checker.newestCommitted(r.lease) {
 		s.stats.StaleDeletes++
@@ -129,6 +162,9 @@ func (s *Sim) handle(ctx context.Context, r *request) {
 		if (r.op == admissionv1.Create) != (cur == nil) {
 			return // AlreadyExists, NotFound
 		}
+		if r.status && cur.Labels[fencingv1alpha1.LabelProtectedBy] == "" {
+			return // not sent to the webhook: its objectSelector
+		}
 		obj := r.object(cur, s.world.namespace)
 		h := s.hooks[s.rng.Intn(len(s.hooks))]
 		lagging := h.lags(s, r.lease)
@@ -156,7 +192,7 @@ func (s *Sim) handle(ctx context.Context, r *request) {
 					return err
 				}
 				s.stats.ProtectedWrites++
-				s.checker.applied(s, r, cur)
+				s.checker.applied(s, r, cur, obj)
 			}
 			return err
 		}); err != nil && !conflict {
@@ -196,8 +232,18 @@ func (r *request) object(cur *corev1.ConfigMap, namespace string) *corev1.Config
 	if obj.Annotations == nil {
 		obj.Annotations = map[string]string{}
 	}
-	obj.Annotations[fencingv1alpha1.AnnotationFence] = record.FormatFence(r.fence)
 	obj.Data = map[string]string{"by": r.pod}
+	if r.status {
+		// The fence goes in the field manager; the metadata as it tries.
+		switch r.meta {
+		case metaUnlabel:
+			delete(obj.Labels, fencingv1alpha1.LabelProtectedBy)
+		case metaMoveFence:
+			obj.Annotations[fencingv1alpha1.AnnotationFence] = record.FormatFence(math.MaxInt64)
+		}
+		return obj
+	}
+	obj.Annotations[fencingv1alpha1.AnnotationFence] = record.FormatFence(r.fence)
 	return obj
 }
 
@@ -220,13 +266,20 @@ func (r *request) admission(old, obj *corev1.ConfigMap) admission.Request {
 	} else if old != nil {
 		ns = old.Namespace
 	}
+	sub, options := "", runtime.RawExtension{}
+	if r.status {
+		sub = "status"
+		options.Raw = []byte(fmt.Sprintf(`{"fieldManager":%q}`, "worker"+fencingv1alpha1.FieldManagerFence+record.FormatFence(r.fence)))
+	}
 	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID:       types.UID("req-" + r.pod + "-" + r.name),
-		Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
-		Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"},
-		Name:      r.name,
-		Namespace: ns,
-		Operation: r.op,
+		UID:         types.UID("req-" + r.pod + "-" + r.name),
+		SubResource: sub,
+		Options:     options,
+		Kind:        metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
+		Resource:    metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"},
+		Name:        r.name,
+		Namespace:   ns,
+		Operation:   r.op,
 		UserInfo: authenticationv1.UserInfo{Username: "system:serviceaccount:" + ns + ":default",
 			Extra: map[string]authenticationv1.ExtraValue{
 				"authentication.kubernetes.io/pod-name": {r.pod},

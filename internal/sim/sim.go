@@ -99,6 +99,10 @@ type Stats struct {
 	// object), and the writes the admission policy refused.
 	WebhookDecisions, WebhookDenials, LaggingCacheDecisions      int
 	ProtectedWrites, StaleDeletes, ImpostorWrites, PolicyDenials int
+	// StatusWrites counts the status subresource writes of protected
+	// objects sent, MetadataChangingWrites those of them that tried to
+	// remove the protected-by label or move the stored fence.
+	StatusWrites, MetadataChangingWrites int
 	// Settled counts the runs whose settling phase ended with every
 	// FencedLease that could be held held.
 	Settled int

@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"context"
 	"os"
 	"runtime"
 	"strconv"
@@ -10,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/fencedlease/fencedlease/controllers/fencedlease"
+	"github.com/fencedlease/fencedlease/internal/coverage"
 	"github.com/fencedlease/fencedlease/internal/sim"
 	"github.com/fencedlease/fencedlease/internal/webhook/protected"
 )
@@ -53,8 +56,18 @@ func reconcilerFor(seed int64) sim.NewReconciler {
 // webhook builds the fencing webhook's real handler on a replica's cache
 // and live reader.
 func webhook(c sim.WebhookClients) admission.Handler {
-	return protected.NewHandler(protected.Options{Cache: c.Cache, APIReader: c.APIReader}, noEvents{})
+	return protected.NewHandler(protected.Options{Cache: c.Cache, APIReader: c.APIReader, Resources: listed}, noEvents{})
 }
+
+// listed is the configuration the simulated webhook decides writes of, as
+// the installs render it: ConfigMaps and Secrets with all their
+// subresources (the simulation sends status writes of ConfigMaps).
+var listed = staticResources(coverage.Listed(&admissionregistrationv1.ValidatingWebhookConfiguration{Webhooks: []admissionregistrationv1.ValidatingWebhook{
+	{Rules: coverage.Rules([]coverage.Entry{{Resources: []string{"configmaps", "secrets"}}})}}}))
+
+type staticResources []coverage.Resource
+
+func (r staticResources) Listed(context.Context) []coverage.Resource { return r }
 
 // noEvents records nothing.
 type noEvents struct{}
@@ -158,7 +171,7 @@ func TestSimulation(t *testing.T) {
 	if total.Grants < n || total.Publishes < n/2 || total.LostReplies == 0 && total.Conflicts == 0 ||
 		total.WebhookDecisions < n || total.WebhookDenials == 0 || total.LaggingCacheDecisions == 0 || total.StaleDeletes == 0 ||
 		total.ImpostorWrites == 0 || total.ProtectedWrites < n || total.Settled < n || total.Heartbeats < n || total.Overtaken == 0 || total.PodsBehind == 0 ||
-		total.PausesBeforeWrites == 0 {
+		total.PausesBeforeWrites == 0 || total.MetadataChangingWrites == 0 {
 		t.Fatalf("the schedules explored too little: %+v", total)
 	}
 }
@@ -221,6 +234,8 @@ func add(a, b sim.Stats) sim.Stats {
 	a.ProtectedWrites += b.ProtectedWrites
 	a.StaleDeletes += b.StaleDeletes
 	a.ImpostorWrites += b.ImpostorWrites
+	a.StatusWrites += b.StatusWrites
+	a.MetadataChangingWrites += b.MetadataChangingWrites
 	a.PolicyDenials += b.PolicyDenials
 	a.Settled += b.Settled
 	a.PodsBehind += b.PodsBehind
