@@ -95,6 +95,7 @@ func TestChaos(t *testing.T) {
 		Visualization: filepath.Join(dir, "porcupine.html")})
 	g.Expect(err).NotTo(HaveOccurred())
 	result.Violations = append(result.Violations, checker.Violations()...)
+	result.Violations = append(result.Violations, w.checkServices()...)
 	for _, gap := range []string{"pods", "fencedleases", "*"} {
 		if h.Gaps[gap] {
 			result.Violations = append(result.Violations, "the watch of "+gap+" lost events: the history is incomplete")
@@ -127,6 +128,7 @@ func TestChaos(t *testing.T) {
 	g.Expect(s.BySource["impostor/not_holder"]).To(BeNumerically(">", 0), "no impostor write was refused")
 	g.Expect(s.BeliefHandoffs).To(BeNumerically(">=", cfg.MinBeliefHandoffs), "no renewal Holder handoff: no holder process's belief passed to another pod")
 	g.Expect(s.Released).To(BeNumerically(">=", cfg.MinReleases), "no grant was released")
+	g.Expect(s.StatusAttacks).To(BeNumerically(">", 0), "no status write tried to change a protected object's metadata")
 	for _, k := range faultKinds {
 		g.Expect(s.Faults).To(HaveKey(k.name), "fault %s never injected", k.name)
 	}

@@ -60,6 +60,7 @@ func Check(h *History, o CheckOptions) (*Result, error) {
 	checkApplyOrder(h, r)
 	checkBeliefs(h, r)
 	checkReleases(h, r)
+	checkStatusAttempts(h, r)
 	msg, err := checkLinearizable(h, o.LinearizabilityTimeout, o.Visualization)
 	if err != nil {
 		return nil, err
@@ -303,4 +304,14 @@ func holdersNear(h *History, a Attempt) string {
 		out += fmt.Sprintf("; %s %s (%s) held fence %d during [%s, %s]", hd.Via, hd.Pod, hd.PodUID, hd.Fence, hd.From, to)
 	}
 	return out
+}
+
+// checkStatusAttempts: no status write that tried to remove a protected
+// object's label or move its stored fence was accepted, whoever sent it.
+func checkStatusAttempts(h *History, r *Result) {
+	for _, a := range h.StatusAttempts {
+		if a.Outcome == Accepted {
+			r.violate("a %s status write (%s) of lease %s by %s with fence %d was accepted", a.Change, a.Source, a.Lease, a.Process, a.Fence)
+		}
+	}
 }

@@ -194,6 +194,21 @@ type History struct {
 	// read a violation against what happened around it.
 	Faults   map[string]int
 	FaultLog []FaultEvent
+	// StatusAttempts are the status writes that tried to change a protected
+	// object's metadata (the status attack).
+	StatusAttempts []StatusAttempt
+}
+
+// StatusAttempt is one status write of a protected object that tried to
+// remove its label or move its stored fence ("unlabel", "move-fence"): all
+// must be refused.
+type StatusAttempt struct {
+	Process, Lease string
+	Fence          int64
+	Source         Source
+	Change         string
+	Outcome        Outcome
+	Reason         string
 }
 
 // FaultEvent is one injected fault: its kind, what it hit, when it began.
@@ -345,6 +360,13 @@ func (r *Recorder) Fault(kind, target string) {
 	defer r.mu.Unlock()
 	r.h.Faults[kind]++
 	r.h.FaultLog = append(r.h.FaultLog, FaultEvent{Kind: kind, Target: target, At: r.Now()})
+}
+
+// StatusAttempt records an attempt of the status attack.
+func (r *Recorder) StatusAttempt(a StatusAttempt) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.h.StatusAttempts = append(r.h.StatusAttempts, a)
 }
 
 // Final records the read of an object at the end.

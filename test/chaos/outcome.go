@@ -23,6 +23,7 @@ var denialReasons = []struct{ fragment, reason string }{
 	{" is not a pod: ", "write_not_pod"},
 	{": no fencedlease.io/fence annotation: ", "missing_fence"},
 	{": annotation fencedlease.io/fence: ", "malformed_fence"},
+	{" write cannot change annotation ", "subresource_metadata"},
 	{" cannot be removed ", "label_changed"},
 	{" cannot be changed to ", "label_changed"},
 	{" must name a FencedLease in the same namespace", "invalid_label"},

@@ -159,6 +159,9 @@ func (p *process) pauseThen(ctx context.Context, fence int64, stop, resume func(
 		p.write(ctx, fence, SourceStale)
 		p.pace(writeEvery / 2)
 	}
+	if p.rng.Float64() < statusAttackChance {
+		p.statusAttack(ctx, fence, SourceStale)
+	}
 }
 
 // impostor writes with the fence the status records, which this standby
@@ -172,6 +175,9 @@ func (p *process) impostor(ctx context.Context) {
 		return // it became the holder meanwhile
 	}
 	p.write(ctx, fl.Status.Fence, SourceImpostor)
+	if p.rng.Float64() < statusAttackChance/5 {
+		p.statusAttack(ctx, fl.Status.Fence, SourceImpostor)
+	}
 }
 
 // write patches one of the lease's objects with the fence and a value no

@@ -25,6 +25,11 @@ type Summary struct {
 	// "stale/rejected" and so on.
 	BySource map[string]int
 	Faults   map[string]int
+	// StatusAttacks counts the status writes that tried to change a
+	// protected object's metadata, StatusAttempts them by change, source
+	// and reason.
+	StatusAttacks  int
+	StatusAttempts map[string]int
 	// Handoffs is the number of distinct fences published to pods.
 	Handoffs int
 	// Beliefs counts the beliefs of renewal Holder processes,
@@ -102,6 +107,11 @@ func Summarize(seed int64, d time.Duration, h *History, r *Result) *Summary {
 		}
 		last[b.Lease] = b
 	}
+	s.StatusAttempts = map[string]int{}
+	for _, a := range h.StatusAttempts {
+		s.StatusAttempts[a.Change+"/"+string(a.Source)+"/"+a.Reason]++
+		s.StatusAttacks++
+	}
 	s.Violations = len(r.Violations)
 	return s
 }
@@ -118,6 +128,7 @@ func (s *Summary) String() string {
 	fmt.Fprintf(&b, "  rejected by reason: %s\n", counts(s.Rejected))
 	fmt.Fprintf(&b, "  by source: %s\n", counts(s.BySource))
 	fmt.Fprintf(&b, "  faults: %s\n", counts(s.Faults))
+	fmt.Fprintf(&b, "  status writes changing a protected object's metadata: %d; by change/source/reason: %s\n", s.StatusAttacks, counts(s.StatusAttempts))
 	fmt.Fprintf(&b, "  holder renewal: beliefs=%d belief-handoffs=%d released=%d late-release-no-op=%d release-unknown=%d; releases: %s\n",
 		s.Beliefs, s.BeliefHandoffs, s.Released, s.LateNoop, s.ReleaseUnknown, counts(s.Releases))
 	if r := s.Result; r != nil {

@@ -81,6 +81,8 @@ func (w *world) setup() error {
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "patch", "update"}},
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+			// The status attack (status_test.go).
+			{APIGroups: []string{""}, Resources: []string{"services/status"}, Verbs: []string{"patch"}},
 		},
 	}
 	if err := w.admin.Create(w.ctx, role); err != nil {
@@ -167,7 +169,7 @@ func (w *world) createObjects(breakGlass client.Client) error {
 			}
 		}
 	}
-	return nil
+	return w.createServices(breakGlass)
 }
 
 // startPods creates every slot's first pod and its process.
