@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -51,8 +52,18 @@ func (w *world) createServices(breakGlass client.Client) error {
 		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: serviceOf(l.Name),
 			Labels: map[string]string{fencingv1alpha1.LabelProtectedBy: l.Name}},
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
-		if err := breakGlass.Create(w.ctx, svc); err != nil {
-			return fmt.Errorf("create protected Service %s: %w", svc.Name, err)
+		// The webhook's own view of its configuration catches up a moment
+		// after the API server's: until then it refuses the resource.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			err := breakGlass.Create(w.ctx, svc)
+			if err == nil {
+				break
+			}
+			if !strings.Contains(err.Error(), "decides writes to the resources its configuration lists") || time.Now().After(deadline) {
+				return fmt.Errorf("create protected Service %s: %w", svc.Name, err)
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
 	}
 	probe := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: serviceOf(w.leases[0].Name)}}

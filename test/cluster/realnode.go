@@ -551,27 +551,51 @@ func (c *Cluster) realNodeAPIServer() (host, port string, err error) {
 // the node's directory): the API server cannot reach the kubelets for
 // kubectl logs.
 func (c *Cluster) ContainerLog(node string, pod *corev1.Pod, container string) (string, error) {
+	lines, err := c.ContainerLogLines(node, pod, container)
+	var out strings.Builder
+	for _, l := range lines {
+		out.WriteString(l.Text)
+		out.WriteString("\n")
+	}
+	return out.String(), err
+}
+
+// LogLine is one line a container wrote, with the time the container
+// runtime read it (the CRI log's timestamp).
+type LogLine struct {
+	Time time.Time
+	Text string
+}
+
+// ContainerLogLines is ContainerLog line by line, with the times.
+func (c *Cluster) ContainerLogLines(node string, pod *corev1.Pod, container string) ([]LogLine, error) {
 	dir := filepath.Join(c.nodeDir(node), "pod-logs", pod.Namespace+"_"+pod.Name+"_"+string(pod.UID), container)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return "", fmt.Errorf("logs of container %s of pod %s/%s: %w", container, pod.Namespace, pod.Name, err)
+		return nil, fmt.Errorf("logs of container %s of pod %s/%s: %w", container, pod.Namespace, pod.Name, err)
 	}
 	if len(entries) == 0 {
-		return "", nil
+		return nil, nil
 	}
 	b, err := os.ReadFile(filepath.Join(dir, entries[len(entries)-1].Name()))
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	// Each line: time, stream, tag (F full, P partial), then the text.
-	var out strings.Builder
+	var out []LogLine
+	partial := ""
 	for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
-		if f := strings.SplitN(line, " ", 4); len(f) == 4 {
-			out.WriteString(f[3])
-			if f[2] == "F" {
-				out.WriteString("\n")
-			}
+		f := strings.SplitN(line, " ", 4)
+		if len(f) != 4 {
+			continue
 		}
+		partial += f[3]
+		if f[2] != "F" {
+			continue
+		}
+		at, _ := time.Parse(time.RFC3339Nano, f[0])
+		out = append(out, LogLine{Time: at, Text: partial})
+		partial = ""
 	}
-	return out.String(), nil
+	return out, nil
 }
