@@ -7,7 +7,11 @@
 // created again at once (as a user re-applying them would). Pods of several FencedLeases run
 // "holder processes" that act as their pod (with its bound service-account
 // token) and write protected ConfigMaps whenever they believe they hold the
-// lease, some of them after a pause with a fence that may be stale.
+// lease, some of them after a pause with a fence that may be stale. Every
+// lease also protects a Service, whose status writes the API server lets
+// change its metadata: after a pause, stale processes (and now and then
+// impostors) try one that removes its label or moves its stored fence, and
+// every such write must be refused.
 //
 // One FencedLease is renewed by its holders (spec.renewal: Holder, takeover
 // Safe): its processes follow it with a pkg/fence Session acting as their

@@ -1,0 +1,151 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The pods of TestKubeletDelays: their own downward-API file and readiness
+// gate, outside any FencedLease, so that what is timed is the kubelet's
+// part alone.
+const (
+	probeAnnotation = "bench.fencedlease.io/value"
+	probeGate       = corev1.PodConditionType("bench.fencedlease.io/ready")
+)
+
+// TestKubeletDelays measures, on the real node, the three things of the
+// kubelet the product relies on (docs/design.md, "What the kubelet does"):
+// from an annotation's change in the API server to the process reading it
+// in its downward-API file; from a readiness gate condition's change to
+// the pod's Ready; from the pod's deletion to SIGTERM in the process. The
+// process writes what it saw to its log, timed by the container runtime.
+// KUBELET_DELAY_ROUNDS rounds of each (20 by default); the figures are
+// logged as quantiles, never asserted (docs/benchmarks.md): the test fails
+// only when something never happens.
+func TestKubeletDelays(t *testing.T) {
+	needRealNode(t)
+	rounds := 20
+	if v, err := strconv.Atoi(os.Getenv("KUBELET_DELAY_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	w := newWorkspace(t, false)
+	script := `trap 'echo term; sleep 30' TERM
+prev=""
+while :; do cur=$(cat /etc/bench/value); if [ "$cur" != "$prev" ]; then echo "value $cur"; prev="$cur"; fi; sleep 0.01; done`
+
+	pod := w.probePod(t, "probe", script)
+	var file, gate []time.Duration
+	for i := 1; i <= rounds; i++ {
+		at := w.patchPod(t, pod, fmt.Sprintf(`{"metadata":{"annotations":{%q:"%d"}}}`, probeAnnotation, i))
+		seen := w.logLine(t, pod, fmt.Sprintf("value %d", i))
+		file = append(file, seen.Sub(at))
+	}
+	for i := 1; i <= rounds; i++ {
+		status := corev1.ConditionTrue
+		if i%2 == 0 {
+			status = corev1.ConditionFalse
+		}
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":%q}]}}`, probeGate, status)
+		at := time.Now()
+		NewWithT(t).Expect(admin.Status().Patch(context.Background(), pod, client.RawPatch(types.StrategicMergePatchType, []byte(patch)))).To(Succeed())
+		NewWithT(t).Eventually(func() bool {
+			cur := &corev1.Pod{}
+			return admin.Get(context.Background(), client.ObjectKeyFromObject(pod), cur) == nil && podReady(cur) == (status == corev1.ConditionTrue)
+		}).WithTimeout(timeout).WithPolling(5*time.Millisecond).Should(BeTrue(), "round %d: Ready follows the gate", i)
+		gate = append(gate, time.Since(at))
+	}
+
+	var term []time.Duration
+	for i := range max(rounds/2, 5) {
+		p := w.probePod(t, fmt.Sprintf("term-%d", i), script)
+		at := time.Now()
+		NewWithT(t).Expect(admin.Delete(context.Background(), p)).To(Succeed())
+		term = append(term, w.logLine(t, p, "term").Sub(at))
+	}
+	t.Logf("kubelet on the real node, %d rounds: annotation to file %s; readiness gate to Ready %s; delete to SIGTERM (%d pods) %s",
+		rounds, quantiles(file), quantiles(gate), len(term), quantiles(term))
+}
+
+// probePod runs script on the real node with the probe's downward-API file
+// (/etc/bench/value) and readiness gate, outside the workspace's
+// FencedLease; the finalizer keeps its log after a delete.
+func (w *workspace) probePod(t *testing.T, name, script string) *corev1.Pod {
+	t.Helper()
+	g := NewWithT(t)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: name, Finalizers: []string{keepFinalizer},
+		Labels: map[string]string{"app": "probe"}, Annotations: map[string]string{probeAnnotation: "0"}},
+		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](30),
+			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: probeGate}},
+			Volumes: []corev1.Volume{{Name: "bench", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+				Items: []corev1.DownwardAPIVolumeFile{{Path: "value", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + probeAnnotation + "']"}}}}}}},
+			Containers: []corev1.Container{{Name: "work", Image: workloadImage, ImagePullPolicy: corev1.PullNever,
+				Command:      []string{"/bin/sh", "-c", script},
+				VolumeMounts: []corev1.VolumeMount{{Name: "bench", MountPath: "/etc/bench"}}}}}}
+	g.Expect(cl.PodOnRealNode(&pod.Spec)).To(Succeed())
+	g.Expect(admin.Create(context.Background(), pod)).To(Succeed())
+	t.Cleanup(func() {
+		p := &corev1.Pod{}
+		if admin.Get(context.Background(), client.ObjectKeyFromObject(pod), p) == nil {
+			p.Finalizers = nil
+			_ = admin.Update(context.Background(), p)
+			_ = admin.Delete(context.Background(), p, client.GracePeriodSeconds(0))
+		}
+	})
+	g.Eventually(func(g Gomega) {
+		g.Expect(admin.Get(context.Background(), client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+		g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed(), "pod %s runs on the real node", name)
+	w.logLine(t, pod, "value 0")
+	return pod
+}
+
+// patchPod merge-patches the pod and returns when the API server had it:
+// the middle of the call.
+func (w *workspace) patchPod(t *testing.T, pod *corev1.Pod, patch string) time.Time {
+	t.Helper()
+	before := time.Now()
+	NewWithT(t).Expect(admin.Patch(context.Background(), pod, client.RawPatch(types.MergePatchType, []byte(patch)))).To(Succeed())
+	return before.Add(time.Since(before) / 2)
+}
+
+// logLine waits for the first line text in the pod's log and returns when
+// the container runtime read it.
+func (w *workspace) logLine(t *testing.T, pod *corev1.Pod, text string) time.Time {
+	t.Helper()
+	var at time.Time
+	NewWithT(t).Eventually(func() bool {
+		lines, _ := cl.ContainerLogLines(realNode, pod, "work")
+		for _, l := range lines {
+			if l.Text == text {
+				at = l.Time
+				return true
+			}
+		}
+		return false
+	}).WithTimeout(timeout).WithPolling(5*time.Millisecond).Should(BeTrue(), "pod %s wrote %q", pod.Name, text)
+	return at
+}
+
+// quantiles is "p50 … p90 … max …" of ds.
+func quantiles(ds []time.Duration) string {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))].Round(time.Millisecond) }
+	parts := []string{"min " + s[0].Round(time.Millisecond).String(), "p50 " + q(0.5).String(), "p90 " + q(0.9).String(), "max " + s[len(s)-1].Round(time.Millisecond).String()}
+	return strings.Join(parts, ", ")
+}
