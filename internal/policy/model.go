@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"maps"
 	"reflect"
 	"slices"
 	"sort"
@@ -115,12 +116,12 @@ func holderWrite(old, l *coordinationv1.Lease, podUID string) bool {
 		reflect.DeepEqual(o.HolderIdentity, n.HolderIdentity) && reflect.DeepEqual(o.AcquireTime, n.AcquireTime) &&
 		reflect.DeepEqual(o.LeaseDurationSeconds, n.LeaseDurationSeconds) && reflect.DeepEqual(o.LeaseTransitions, n.LeaseTransitions) &&
 		reflect.DeepEqual(o.Strategy, n.Strategy) && reflect.DeepEqual(o.PreferredHolder, n.PreferredHolder) &&
-		mapsEqual(old.Labels, l.Labels) && reflect.DeepEqual(nilIfEmpty(old.OwnerReferences), nilIfEmpty(l.OwnerReferences)) &&
+		maps.Equal(old.Labels, l.Labels) && reflect.DeepEqual(nilIfEmpty(old.OwnerReferences), nilIfEmpty(l.OwnerReferences)) &&
 		slices.Equal(old.Finalizers, l.Finalizers)
 }
 
 func holderRenewal(old, l *coordinationv1.Lease, podUID string) bool {
-	return holderWrite(old, l, podUID) && mapsEqual(old.Annotations, l.Annotations) &&
+	return holderWrite(old, l, podUID) && maps.Equal(old.Annotations, l.Annotations) &&
 		old.Annotations[fencingv1alpha1.LeaseAnnotationState] == fencingv1alpha1.LeaseStateHeld &&
 		old.Annotations[fencingv1alpha1.LeaseAnnotationRenewal] == string(fencingv1alpha1.RenewalHolder)
 }
@@ -134,7 +135,7 @@ func holderRelease(old, l *coordinationv1.Lease, podUID string) bool {
 // ownershipOnly: an update that changes nothing but owner references and
 // finalizers (the garbage collector orphaning a dependent).
 func ownershipOnly(old, l *coordinationv1.Lease) bool {
-	return reflect.DeepEqual(old.Spec, l.Spec) && mapsEqual(old.Annotations, l.Annotations) && mapsEqual(old.Labels, l.Labels)
+	return reflect.DeepEqual(old.Spec, l.Spec) && maps.Equal(old.Annotations, l.Annotations) && maps.Equal(old.Labels, l.Labels)
 }
 
 // ownedLease: a FencedLease is among the Lease's owners, before or after.
@@ -189,19 +190,6 @@ func labelsOf(o metav1.Object) map[string]string {
 		return nil
 	}
 	return o.GetLabels()
-}
-
-// mapsEqual compares two maps, nil and empty alike (as CEL does).
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 func nilIfEmpty(refs []metav1.OwnerReference) []metav1.OwnerReference {

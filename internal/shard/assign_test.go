@@ -2,6 +2,7 @@ package shard
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -163,7 +164,7 @@ func TestAssignRandom(t *testing.T) {
 		r.Shuffle(len(shuffled), func(a, b int) { shuffled[a], shuffled[b] = shuffled[b], shuffled[a] })
 		in2 := in
 		in2.Pods = shuffled
-		if again := Assign(in2); !equalOwners(again.Owners, p.Owners) {
+		if again := Assign(in2); !maps.Equal(again.Owners, p.Owners) {
 			t.Fatalf("case %d: the plan depends on the order of the pods", i)
 		}
 		in3 := in
@@ -205,16 +206,4 @@ func bits(m int) int {
 		c++
 	}
 	return c
-}
-
-func equalOwners(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }

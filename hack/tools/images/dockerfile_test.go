@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -86,7 +87,7 @@ func TestOperatorImageMatchesDockerfile(t *testing.T) {
 	for _, b := range def.Binaries {
 		got[b.Path] = b.Package
 	}
-	if !mapsEqual(got, want.files) || len(def.Files) != 0 || len(def.Links) != 0 {
+	if !maps.Equal(got, want.files) || len(def.Files) != 0 || len(def.Links) != 0 {
 		t.Errorf("the operator image's files %v (and %v %v), the Dockerfile's %v", got, def.Files, def.Links, want.files)
 	}
 
@@ -160,16 +161,4 @@ func TestParseDockerfileRefusesACopyOfNothingBuilt(t *testing.T) {
 	if _, err := parseDockerfile(text); err == nil {
 		t.Fatal("a Dockerfile copying /out/fence, never built, was accepted")
 	}
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
