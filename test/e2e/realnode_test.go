@@ -68,6 +68,14 @@ func (w *workspace) realPod(t *testing.T, name, script string) *corev1.Pod {
 	return pod
 }
 
+// otherOf is whichever of a and b is not the holder h.
+func otherOf(h, a, b *corev1.Pod) *corev1.Pod {
+	if h.Name == b.Name {
+		return a
+	}
+	return b
+}
+
 // log is what the pod's container has written so far.
 func podLog(pod *corev1.Pod) string {
 	out, _ := cl.ContainerLog(realNode, pod, "work")
@@ -101,10 +109,7 @@ func TestTheKubeletDeliversTheToken(t *testing.T) {
 	a := w.realPod(t, "reader-a", script)
 	b := w.realPod(t, "reader-b", script)
 	h, fence := w.holder()
-	other := b
-	if h.Name == b.Name {
-		other = a
-	}
+	other := otherOf(h, a, b)
 	published := time.Now()
 	g.Eventually(func() []any { r, f := lastSeen(h); return []any{r, f} }).WithTimeout(timeout).WithPolling(poll).
 		Should(Equal([]any{"holder", fence}), "the holder's process reads its fence from the file")
@@ -136,10 +141,7 @@ func TestFenceRunOnARealKubelet(t *testing.T) {
 	a := w.realPod(t, "runner-a", script)
 	b := w.realPod(t, "runner-b", script)
 	h, fence := w.holder()
-	other := b
-	if h.Name == b.Name {
-		other = a
-	}
+	other := otherOf(h, a, b)
 	g.Eventually(func() string { return podLog(h) }).WithTimeout(timeout).WithPolling(poll).
 		Should(ContainSubstring(fmt.Sprintf("started %d\n", fence)), "fence run starts the work with the fence")
 	g.Consistently(func() string { return podLog(other) }).WithTimeout(time.Second).ShouldNot(ContainSubstring("started"),
@@ -206,10 +208,7 @@ func TestReadinessGateOnARealKubelet(t *testing.T) {
 	a := w.realPod(t, "gated-a", "sleep 3600")
 	b := w.realPod(t, "gated-b", "sleep 3600")
 	h, _ := w.holder()
-	other := b
-	if h.Name == b.Name {
-		other = a
-	}
+	other := otherOf(h, a, b)
 	ready := func(p *corev1.Pod) func() bool {
 		return func() bool {
 			cur := &corev1.Pod{}
