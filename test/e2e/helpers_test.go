@@ -49,6 +49,12 @@ type workspace struct {
 // and the operators' logs.
 func newWorkspace(t *testing.T, gate bool) *workspace {
 	t.Helper()
+	return newWorkspaceWith(t, func(fl *fencingv1alpha1.FencedLease) { fl.Spec.ReadinessGate = gate })
+}
+
+// newWorkspaceWith is newWorkspace with the FencedLease changed by edit.
+func newWorkspaceWith(t *testing.T, edit func(*fencingv1alpha1.FencedLease)) *workspace {
+	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
@@ -78,7 +84,7 @@ func newWorkspace(t *testing.T, gate bool) *workspace {
 	g.Expect(admin.Create(ctx, testenv.FencedLease(w.ns, app, map[string]string{"app": app}, func(fl *fencingv1alpha1.FencedLease) {
 		fl.Spec.LeaseDurationSeconds = leaseSeconds
 		fl.Spec.Takeover = fencingv1alpha1.TakeoverSafe
-		fl.Spec.ReadinessGate = gate
+		edit(fl)
 	}))).To(Succeed())
 	watchCtx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

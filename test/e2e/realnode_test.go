@@ -12,7 +12,9 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -221,4 +223,65 @@ func TestReadinessGateOnARealKubelet(t *testing.T) {
 	h2, _ := w.holder(h)
 	g.Expect(h2.Name).To(Equal(other.Name))
 	g.Eventually(ready(other)).WithTimeout(timeout).WithPolling(poll).Should(BeTrue(), "the new holder becomes Ready")
+}
+
+// TestHolderRenewalOnARealKubelet: with holder renewal, fence run in the
+// holder's container renews the grant itself, with the pod's own token,
+// and starts its work only after its first renewal; deleting the holder
+// pod, the kubelet's SIGTERM reaches fence run, which stops the work and
+// releases the grant, so that the other pod's fence run starts its work
+// with a higher fence before the 30 s lease could have expired (Safe). The
+// time from the delete to the new holder's work starting is logged.
+func TestHolderRenewalOnARealKubelet(t *testing.T) {
+	needRealNode(t)
+	g := NewWithT(t)
+	w := newWorkspaceWith(t, func(fl *fencingv1alpha1.FencedLease) {
+		fl.Spec.Renewal = fencingv1alpha1.RenewalHolder
+		fl.Spec.LeaseDurationSeconds = 30
+	})
+	// The holder renews its own Lease (config/rbac/workload_role.yaml).
+	g.Expect(admin.Create(context.Background(), &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "renewer"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "watch", "update"}}}})).To(Succeed())
+	g.Expect(admin.Create(context.Background(), &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "renewer"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "renewer"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: w.ns, Name: "default"}}})).To(Succeed())
+	script := `exec /fence run --renewal holder --grace-period 2s -- /bin/sh -c 'echo "started $FENCE_TOKEN"; trap "echo stopped by TERM; exit 0" TERM; while :; do sleep 0.1; done'`
+	a := w.realPod(t, "renewer-a", script)
+	b := w.realPod(t, "renewer-b", script)
+	h, fence := w.holder()
+	other := otherOf(h, a, b)
+	g.Eventually(func() string { return podLog(h) }).WithTimeout(timeout).WithPolling(poll).
+		Should(ContainSubstring(fmt.Sprintf("started %d\n", fence)), "fence run starts the work once it has renewed")
+	lease := &coordinationv1.Lease{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(admin.Get(context.Background(), client.ObjectKey{Namespace: w.ns, Name: app}, lease)).To(Succeed())
+		g.Expect(lease.Spec.RenewTime).NotTo(BeNil())
+		g.Expect(time.Since(lease.Spec.RenewTime.Time)).To(BeNumerically("<", 5*time.Second))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed(), "the holder's fence run renews the Lease")
+	renewed := lease.Spec.RenewTime.Time
+	g.Eventually(func() time.Time {
+		_ = admin.Get(context.Background(), client.ObjectKey{Namespace: w.ns, Name: app}, lease)
+		return lease.Spec.RenewTime.Time
+	}).WithTimeout(timeout).WithPolling(poll).Should(BeTemporally(">", renewed), "and keeps renewing it")
+	g.Consistently(func() string { return podLog(other) }).WithTimeout(time.Second).ShouldNot(ContainSubstring("started"))
+
+	deleted := time.Now()
+	g.Expect(admin.Delete(context.Background(), h)).To(Succeed())
+	_, fence2 := w.holder(h)
+	g.Expect(fence2).To(BeNumerically(">", fence))
+	var started time.Time
+	g.Eventually(func() bool {
+		lines, _ := cl.ContainerLogLines(realNode, other, "work")
+		for _, l := range lines {
+			if l.Text == fmt.Sprintf("started %d", fence2) {
+				started = l.Time
+				return true
+			}
+		}
+		return false
+	}).WithTimeout(45*time.Second).WithPolling(poll).Should(BeTrue(), "the next holder's work starts with its higher fence")
+	t.Logf("the next holder's work started %s after the holder pod was deleted (a release: under Safe an expiry waits out the 30 s lease)",
+		started.Sub(deleted).Round(time.Millisecond))
+	g.Expect(started.Sub(deleted)).To(BeNumerically("<", 30*time.Second),
+		"the grant was released: under Safe an expiry would wait out the 30 s lease from the last renewal, just before the delete")
 }
