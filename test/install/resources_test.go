@@ -82,7 +82,7 @@ func checkScaleGuard(t *testing.T, objs []*unstructured.Unstructured, guard scal
 	g.Expect(binding.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: guard.SAName, Namespace: guard.SANamespace}}))
 	manager := into[rbacv1.ClusterRole](t, find(t, objs, "ClusterRole", "fencedlease-manager-role"))
 	g.Expect(manager.Rules).To(ContainElement(rbacv1.PolicyRule{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"},
-		ResourceNames: []string{guard.Role}, Verbs: []string{"get", "list", "update", "watch"}}))
+		ResourceNames: []string{guard.Role}, Verbs: []string{"get", "update"}}))
 	g.Expect(grants(manager.Rules, scaleguard.Group, "*", scaleguard.Verb)).To(BeTrue())
 	var deployment *appsv1.Deployment
 	for _, o := range objs {

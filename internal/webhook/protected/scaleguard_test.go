@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
@@ -67,10 +68,11 @@ func TestScaleWithTheOperatorDown(t *testing.T) {
 	f.g.Expect(*got.Spec.Replicas).To(BeEquivalentTo(2), "the protected one was not scaled with the operator down")
 }
 
-// TestScaleGuardResync: the resync, run as the operator with the RBAC the
-// installs give it, guards a labelled object that the guard lost (a reset,
-// an object protected before the guard existed), and lets go of a deleted
-// object's name only once it has been seen gone for the grace.
+// TestScaleGuardResync: a protecting write names an object the guard lost
+// again at once; the resync, run as the operator with the RBAC the installs
+// give it, guards a labelled object that the guard lost (a reset, an object
+// protected before the guard existed), and lets go of a deleted object's
+// name only once it has been seen gone for the grace.
 func TestScaleGuardResync(t *testing.T) {
 	f := newFixture(t)
 	f.startOperator(testenv.ManagerOptions{})
@@ -80,12 +82,15 @@ func TestScaleGuardResync(t *testing.T) {
 	f.g.Expect(asA.Create(f.ctx, web)).To(Succeed())
 	f.g.Expect(f.guarded("web")).To(BeTrue())
 
-	// The guard loses the name.
-	role := &rbacv1.ClusterRole{}
-	f.g.Expect(f.c.Get(f.ctx, types.NamespacedName{Name: testenv.ScaleGuard.Role}, role)).To(Succeed())
-	role.Rules, _ = scaleguard.Apply(role.Rules, nil, []scaleguard.Key{{Resource: scaleguard.Resource(deployments, f.ns), Name: "web"}})
-	f.g.Expect(f.c.Update(f.ctx, role)).To(Succeed())
-	f.g.Expect(f.guarded("web")).To(BeFalse())
+	// The guard loses the name (a reset, or a resync that let it go); the
+	// next protecting write names it again at once: the webhook reads the
+	// role from the API server, not from a cache that may still show it.
+	f.unguard("web")
+	f.g.Expect(f.c.Get(f.ctx, client.ObjectKeyFromObject(web), web)).To(Succeed())
+	web.Spec.Replicas = ptr.To[int32](2)
+	f.g.Expect(asA.Update(f.ctx, web)).To(Succeed())
+	f.g.Expect(f.guarded("web")).To(BeTrue(), "the holder's next write names it again")
+	f.unguard("web")
 
 	c, err := client.New(operatorConfig, client.Options{Scheme: setup.Scheme()})
 	f.g.Expect(err).NotTo(HaveOccurred())
@@ -103,4 +108,14 @@ func TestScaleGuardResync(t *testing.T) {
 	f.g.Expect(f.guarded("web")).To(BeTrue(), "a name is kept at the first resync that sees its object gone")
 	f.g.Expect(r.Once(f.ctx)).To(Succeed())
 	f.g.Expect(f.guarded("web")).To(BeFalse(), "and let go once it has been gone for the grace")
+}
+
+// unguard takes the Deployment's name out of the scale guard, as a reset
+// would.
+func (f *fixture) unguard(name string) {
+	role := &rbacv1.ClusterRole{}
+	f.g.Expect(f.c.Get(f.ctx, types.NamespacedName{Name: testenv.ScaleGuard.Role}, role)).To(Succeed())
+	role.Rules, _ = scaleguard.Apply(role.Rules, nil, []scaleguard.Key{{Resource: scaleguard.Resource(deployments, f.ns), Name: name}})
+	f.g.Expect(f.c.Update(f.ctx, role)).To(Succeed())
+	f.g.Expect(f.guarded(name)).To(BeFalse())
 }

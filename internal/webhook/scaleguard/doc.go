@@ -8,8 +8,10 @@
 // of the group scale-guard.fencedlease.io named after the object (see
 // MatchExpression and Resource). The names live in the rules of one
 // ClusterRole bound to that service account; an object is protected only if
-// its name is guarded there. This package holds the pure parts: the encoding
-// of the pseudo-resource and the merge of a name into the rules.
+// its name is guarded there. This package holds the pure parts (the encoding
+// of the pseudo-resource, the merge of names into the rules, the plan of a
+// resync), Guard.Ensure and the Keeper that the fencing webhook names objects
+// with, and the Resync the leader runs.
 //
 // Checked on kube-apiserver v1.37.2: authorizer.serviceAccount is available in
 // admission matchConditions; the core group is encoded as an empty segment
