@@ -14,7 +14,6 @@ import (
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -47,6 +46,13 @@ func needRealNode(t *testing.T) {
 // delete until the test is done with it.
 func (w *workspace) realPod(t *testing.T, name, script string) *corev1.Pod {
 	t.Helper()
+	return w.realPodWith(t, name, script, nil)
+}
+
+// realPodWith is realPod with the pod changed by edit, once it is set for
+// the real node.
+func (w *workspace) realPodWith(t *testing.T, name, script string, edit func(*corev1.Pod)) *corev1.Pod {
+	t.Helper()
 	g := NewWithT(t)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: name, Finalizers: []string{keepFinalizer},
 		Labels: map[string]string{"app": app, fencingv1alpha1.LabelInject: "true"}},
@@ -54,6 +60,9 @@ func (w *workspace) realPod(t *testing.T, name, script string) *corev1.Pod {
 			Containers: []corev1.Container{{Name: "work", Image: workloadImage, ImagePullPolicy: corev1.PullNever,
 				Command: []string{"/bin/sh", "-c", script}}}}}
 	g.Expect(cl.PodOnRealNode(&pod.Spec)).To(Succeed())
+	if edit != nil {
+		edit(pod)
+	}
 	g.Expect(admin.Create(context.Background(), pod)).To(Succeed())
 	t.Cleanup(func() {
 		p := &corev1.Pod{}
@@ -239,12 +248,7 @@ func TestHolderRenewalOnARealKubelet(t *testing.T) {
 		fl.Spec.Renewal = fencingv1alpha1.RenewalHolder
 		fl.Spec.LeaseDurationSeconds = 30
 	})
-	// The holder renews its own Lease (config/rbac/workload_role.yaml).
-	g.Expect(admin.Create(context.Background(), &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "renewer"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "watch", "update"}}}})).To(Succeed())
-	g.Expect(admin.Create(context.Background(), &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "renewer"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "renewer"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: w.ns, Name: "default"}}})).To(Succeed())
+	w.bindRenewer(t)
 	script := `exec /fence run --renewal holder --grace-period 2s -- /bin/sh -c 'echo "started $FENCE_TOKEN"; trap "echo stopped by TERM; exit 0" TERM; while :; do sleep 0.1; done'`
 	a := w.realPod(t, "renewer-a", script)
 	b := w.realPod(t, "renewer-b", script)
