@@ -135,7 +135,7 @@ func TestOperatorWithCertManagerCertificate(t *testing.T) {
 		{"get", "", "secrets", "unrelated", ns, false},
 		{"update", "", "secrets", "fencedlease-webhook-cert", ns, false},
 		{"get", "", "secrets", "fencedlease-webhook-token", ns, true},
-		{"update", "", "secrets", "fencedlease-webhook-token", ns, false},
+		{"update", "", "secrets", "fencedlease-webhook-token", ns, true}, // replacing a token of the earlier format
 		{"update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "fencedlease-fencing", "", true},
 		{"update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "fencedlease-pod-injector", "", true},
 		{"update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "another-webhook", "", false},

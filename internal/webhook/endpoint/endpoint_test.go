@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-const token = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8" // 32 bytes 0..31
+const token = "aaaqeayeaudaocajbifqydiob4ibceqtcqkrmfyydenbwha5dypq" // 32 bytes 0..31
 
 var bases = []string{"/validate-fencedlease-protected", "/mutate-fencedlease-pod"}
 
@@ -78,8 +78,10 @@ func TestWithToken(t *testing.T) {
 func TestValidToken(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(validToken(token)).To(Succeed())
-	const want = "must hold 32 random bytes in unpadded base64url (43 characters)"
-	for _, bad := range []string{"short", token + "A", token[:42] + "=", strings.Repeat("/", 43), token[:42] + "h"} {
+	const want = "must hold 32 random bytes in unpadded lowercase base32 (52 characters)"
+	// Too short, too long, padded, upper case, not base32, its last
+	// character's unused bits set.
+	for _, bad := range []string{"short", token + "a", token[:51] + "=", strings.ToUpper(token), strings.Repeat("/", 52), token[:51] + "r"} {
 		g.Expect(validToken(bad)).To(MatchError(want), bad)
 	}
 	g.Expect(validToken("")).To(MatchError("is missing or empty"))

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -202,23 +204,42 @@ func TestForgedReviews(t *testing.T) {
 }
 
 // TestTokenSecret: the path token is created once and read back by every
-// replica; a Secret that holds something else is refused with the Secret's
-// name and what is wrong, and left as it is.
+// replica, in a form the API server accepts in a webhook Service's path; a
+// token of the earlier format (base64url, which such a path cannot carry)
+// is replaced once, by one of two replicas that read it together; a Secret
+// that holds something else is refused with the Secret's name and what is
+// wrong, and left as it is.
 func TestTokenSecret(t *testing.T) {
 	f := newFixture(t)
 	key := types.NamespacedName{Namespace: f.ns, Name: "token"}
 	token, err := endpoint.EnsureToken(f.ctx, f.c, f.c, key)
 	f.g.Expect(err).NotTo(HaveOccurred())
-	f.g.Expect(token).To(MatchRegexp(`^[A-Za-z0-9_-]{43}$`))
+	f.g.Expect(token).To(MatchRegexp(`^[a-z2-7]{52}$`))
 	again, err := endpoint.EnsureToken(f.ctx, f.c, f.c, key)
 	f.g.Expect(err).NotTo(HaveOccurred())
 	f.g.Expect(again).To(Equal(token))
+	f.g.Expect(validation.IsDNS1123Subdomain(token)).To(BeEmpty(), "a webhook Service's path segment")
+
+	legacy := &corev1.Secret{Data: map[string][]byte{endpoint.TokenKey: []byte("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8")}}
+	legacy.Namespace, legacy.Name = f.ns, "legacy"
+	f.g.Expect(f.c.Create(f.ctx, legacy)).To(Succeed())
+	replaced, errs := make([]string, 2), make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range replaced {
+		wg.Go(func() { replaced[i], errs[i] = endpoint.EnsureToken(f.ctx, f.c, f.c, client.ObjectKeyFromObject(legacy)) })
+	}
+	wg.Wait()
+	f.g.Expect(errs).To(HaveEach(Succeed()))
+	f.g.Expect(replaced[0]).To(MatchRegexp(`^[a-z2-7]{52}$`))
+	f.g.Expect(replaced[1]).To(Equal(replaced[0]), "both replicas serve the one replacement")
+	f.g.Expect(f.c.Get(f.ctx, client.ObjectKeyFromObject(legacy), legacy)).To(Succeed())
+	f.g.Expect(string(legacy.Data[endpoint.TokenKey])).To(Equal(replaced[0]))
 
 	bad := &corev1.Secret{Data: map[string][]byte{endpoint.TokenKey: []byte("guessable")}}
 	bad.Namespace, bad.Name = f.ns, "bad"
 	f.g.Expect(f.c.Create(f.ctx, bad)).To(Succeed())
 	_, err = endpoint.EnsureToken(f.ctx, f.c, f.c, client.ObjectKeyFromObject(bad))
-	f.g.Expect(err).To(MatchError(fmt.Sprintf(`webhook path token in Secret %s/bad: key "token" must hold 32 random bytes in unpadded base64url (43 characters); delete the Secret to have a new token generated`, f.ns)))
+	f.g.Expect(err).To(MatchError(fmt.Sprintf(`webhook path token in Secret %s/bad: key "token" must hold 32 random bytes in unpadded lowercase base32 (52 characters); delete the Secret to have a new token generated`, f.ns)))
 	f.g.Expect(f.c.Get(f.ctx, client.ObjectKeyFromObject(bad), bad)).To(Succeed())
 	f.g.Expect(string(bad.Data[endpoint.TokenKey])).To(Equal("guessable"))
 }
