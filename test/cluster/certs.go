@@ -59,9 +59,6 @@ func newPKI(dir string) (*pki, error) {
 	if err := p.loadCA(); err != nil {
 		return nil, err
 	}
-	if err := p.serving("apiserver"); err != nil {
-		return nil, err
-	}
 	if err := p.serviceAccountKey(); err != nil {
 		return nil, err
 	}
@@ -91,12 +88,13 @@ func (p *pki) loadCA() error {
 	return err
 }
 
-// serving issues the API server's certificate for localhost and 127.0.0.1.
-func (p *pki) serving(name string) error {
+// serving issues the API server's certificate for localhost, 127.0.0.1 and
+// the kubernetes Service's address (the pod network's).
+func (p *pki) serving(name, serviceIP string) error {
 	return p.issue(name, &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "kube-apiserver"},
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(serviceIP)},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	})
 }

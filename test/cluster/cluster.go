@@ -129,6 +129,11 @@ type Cluster struct {
 	// ha is the running HA control plane of an attached cluster: its
 	// members, servers and the proxies in front of them (ha.go).
 	ha *haPlane
+	// net is the pod network (podnet.go); serviceProxy forwards its
+	// kubernetes Service's address to the API server in an attached
+	// cluster (a detached one runs it as a process).
+	net          podNetwork
+	serviceProxy *Balancer
 	// specs are the processes started, by name, to start them again.
 	specsMu sync.Mutex
 	specs   map[string]process
@@ -198,6 +203,11 @@ func (c *Cluster) up(ctx context.Context) error {
 	if err := c.checkBinaries(); err != nil {
 		return err
 	}
+	pn, err := c.choosePodNetwork()
+	if err != nil {
+		return err
+	}
+	c.net = pn
 	p, err := c.certificates()
 	if err != nil {
 		return err
@@ -248,6 +258,9 @@ func (c *Cluster) up(ctx context.Context) error {
 	if err := c.addNodes(ctx); err != nil {
 		return err
 	}
+	if err := c.startPodNetwork(s); err != nil {
+		return err
+	}
 	return c.startRealNodes(ctx, p)
 }
 
@@ -264,6 +277,10 @@ func (c *Cluster) checkBinaries() error {
 		if len(c.RealNodes) > 0 {
 			bins = append(bins, c.Kubelet)
 			bins = append(bins, c.Images...)
+			if c.detached {
+				// The pod network's forwarding to the API server.
+				bins = append(bins, c.BalancerBin)
+			}
 		}
 	}
 	for _, bin := range bins {
@@ -327,6 +344,9 @@ func (c *Cluster) certificates() (*pki, error) {
 	if err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}
+	if err := p.serving("apiserver", c.net.serviceIP()); err != nil {
+		return nil, fmt.Errorf("certificates: %w", err)
+	}
 	for _, u := range []struct{ name, user string }{
 		{"admin", "local-cluster-admin"},
 		{controllerManager, "system:kube-controller-manager"},
@@ -370,6 +390,7 @@ func (c *Cluster) Down() error {
 	if c.ha != nil {
 		c.ha.close()
 	}
+	errs = append(errs, c.stopPodNetwork())
 	// Every process of either layout, and whatever else has a pid file.
 	names := controlPlaneNames()
 	for _, n := range c.pidNames() {

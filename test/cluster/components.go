@@ -37,7 +37,10 @@ func (c *Cluster) apiServerProcess(name, etcdServers string, port int, p *pki) p
 		"--service-account-key-file=" + p.path("sa.pub"),
 		"--service-account-signing-key-file=" + p.path("sa.key"),
 		"--authorization-mode=RBAC",
-		"--service-cluster-ip-range=10.96.0.0/16",
+		"--service-cluster-ip-range=" + c.net.serviceRange(),
+		// Webhooks and aggregated APIs are called at their Service's
+		// endpoints: no kube-proxy routes a Service's address here.
+		"--enable-aggregator-routing=true",
 		"--allow-privileged=true",
 		// The kubernetes Service would get 127.0.0.1 as its endpoint,
 		// which Endpoints refuse.

@@ -160,7 +160,11 @@ func (c *Cluster) startRealNode(ctx context.Context, p *pki, node string) error 
 	// The socket is in the node's /run (a directory of the node's own):
 	// a path under the cluster's directory may be too long for a socket.
 	sock := "/run/containerd/containerd.sock"
-	if err := writeContainerdConfig(dir, sock); err != nil {
+	pn, err := c.podNet()
+	if err != nil {
+		return err
+	}
+	if err := writeContainerdConfig(dir, sock, pn.cniConfig(c.nodeIndex(node))); err != nil {
 		return err
 	}
 	containerd, err := exec.LookPath("containerd")
@@ -322,7 +326,7 @@ func pathWithoutIPTables(dir string) (string, error) {
 	return dir, nil
 }
 
-func writeContainerdConfig(dir, sock string) error {
+func writeContainerdConfig(dir, sock, cni string) error {
 	cfg := fmt.Sprintf(`version = 2
 root = %[1]q
 state = %[2]q
@@ -353,9 +357,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 	if err := os.WriteFile(filepath.Join(dir, "containerd.toml"), []byte(cfg), 0o600); err != nil {
 		return err
 	}
-	// containerd reports the network not ready without a configuration;
-	// host-network pods need none, others get a loopback only.
-	cni := `{"cniVersion": "1.0.0", "name": "fencedlease", "plugins": [{"type": "loopback"}]}`
+	// The pod network (podnet.go): host-network pods need none.
 	return os.WriteFile(filepath.Join(dir, "cni", "10-fencedlease.conflist"), []byte(cni), 0o600)
 }
 

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -117,9 +118,16 @@ func TestRealNodeRunsAPodAndLeavesNothing(t *testing.T) {
 				Items: []corev1.DownwardAPIVolumeFile{{Path: "annotations", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations"}}}}}}},
 		}}
 	OnRealNode(&real.Spec)
+	// A pod on the pod network: it reaches the API server at the kubernetes
+	// Service's address, and the machine reaches it at its own.
+	networked := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "networked", Namespace: "default"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sh", Image: "fencedlease.local/workload:dev", ImagePullPolicy: corev1.PullNever,
+			Command: []string{"/bin/sh", "-c", `nc -w 3 "$KUBERNETES_SERVICE_HOST" "$KUBERNETES_SERVICE_PORT" </dev/null && echo "reached $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"; nc -ll -p 8080 -e /bin/sh`}}}}}
+	OnRealNode(&networked.Spec)
+	networked.Spec.HostNetwork = false
 	simulated := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "simulated", Namespace: "default"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nowhere.invalid/none"}}}}
-	for _, p := range []*corev1.Pod{real, simulated} {
+	for _, p := range []*corev1.Pod{real, networked, simulated} {
 		_, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
 	}
@@ -145,12 +153,24 @@ func TestRealNodeRunsAPodAndLeavesNothing(t *testing.T) {
 		g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal("real-node-1")), "the real node's Lease is its kubelet's, not kwok's")
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 
+	pn, err := c.podNet()
+	g.Expect(err).NotTo(HaveOccurred())
+	var onNet *corev1.Pod
+	g.Eventually(func(g Gomega) { onNet = running("networked")(g) }).WithTimeout(60 * time.Second).Should(Succeed())
+	subnet, _, _ := pn.nodeRange(1)
+	g.Expect(onNet.Status.PodIP).To(HavePrefix(strings.TrimSuffix(subnet, "0.0/17")+"1."), "the pod's address is of the node's range")
+	g.Eventually(func() (string, error) { return c.ContainerLog("real-node-1", onNet, "sh") }).WithTimeout(30 * time.Second).
+		Should(ContainSubstring("reached "+pn.serviceIP()+":443"), "the pod reaches the API server at the kubernetes Service's address")
+	g.Eventually(func() (string, error) { return askShell(net.JoinHostPort(onNet.Status.PodIP, "8080"), "echo hello from $(hostname)") }).
+		WithTimeout(20*time.Second).Should(Equal("hello from networked\n"), "the machine reaches the pod at its address")
+
 	containers := cgroupProcesses(filepath.Join("/sys/fs/cgroup/pids", c.cgroupRoot("real-node-1")))
 	g.Expect(containers).NotTo(BeEmpty(), "the pod's processes are in the node's cgroup")
 	ns, err := os.ReadFile(filepath.Join(c.nodeDir("real-node-1"), "mntns"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(processesInNamespace(string(ns))).NotTo(BeEmpty())
 	during := readMachine(t)
+	g.Expect(during.interfaces).To(ContainElement(c.bridgeName()), "the pod network's bridge")
 	g.Expect(during.settings).To(Equal(before.settings), "the kubelet's kernel settings stay in the node's namespace")
 	g.Expect(during.paths).To(Equal(before.paths), "the kubelet's and containerd's default paths stay in the node's namespace")
 	g.Expect(during.mounts).To(Equal(before.mounts), "the node's mounts are in its own namespace")
@@ -172,4 +192,20 @@ func TestRealNodeRunsAPodAndLeavesNothing(t *testing.T) {
 	g.Expect(slices.Equal(after.interfaces, before.interfaces)).To(BeTrue(), "interfaces %v, before %v", after.interfaces, before.interfaces)
 	g.Expect(after.settings).To(Equal(before.settings))
 	g.Expect(after.paths).To(Equal(before.paths))
+}
+
+// askShell sends a command to a shell listening at addr and returns what it
+// writes back.
+func askShell(addr, command string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := fmt.Fprintf(conn, "%s; exit\n", command); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(conn)
+	return string(b), err
 }
