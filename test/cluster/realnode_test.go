@@ -159,9 +159,11 @@ func TestRealNodeRunsAPodAndLeavesNothing(t *testing.T) {
 	g.Eventually(func(g Gomega) { onNet = running("networked")(g) }).WithTimeout(60 * time.Second).Should(Succeed())
 	subnet, _, _ := pn.nodeRange(1)
 	g.Expect(onNet.Status.PodIP).To(HavePrefix(strings.TrimSuffix(subnet, "0.0/17")+"1."), "the pod's address is of the node's range")
-	g.Eventually(func() (string, error) { return c.ContainerLog("real-node-1", onNet, "sh") }).WithTimeout(30 * time.Second).
+	g.Eventually(func() (string, error) { return c.ContainerLog("real-node-1", onNet, "sh") }).WithTimeout(30*time.Second).
 		Should(ContainSubstring("reached "+pn.serviceIP()+":443"), "the pod reaches the API server at the kubernetes Service's address")
-	g.Eventually(func() (string, error) { return askShell(net.JoinHostPort(onNet.Status.PodIP, "8080"), "echo hello from $(hostname)") }).
+	g.Eventually(func() (string, error) {
+		return askShell(net.JoinHostPort(onNet.Status.PodIP, "8080"), "echo hello from $(hostname)")
+	}).
 		WithTimeout(20*time.Second).Should(Equal("hello from networked\n"), "the machine reaches the pod at its address")
 
 	containers := cgroupProcesses(filepath.Join("/sys/fs/cgroup/pids", c.cgroupRoot("real-node-1")))

@@ -226,7 +226,9 @@ func TestTokenSecret(t *testing.T) {
 	replaced, errs := make([]string, 2), make([]error, 2)
 	var wg sync.WaitGroup
 	for i := range replaced {
-		wg.Go(func() { replaced[i], errs[i] = endpoint.EnsureToken(f.ctx, f.c, f.c, client.ObjectKeyFromObject(legacy)) })
+		wg.Go(func() {
+			replaced[i], errs[i] = endpoint.EnsureToken(f.ctx, f.c, f.c, client.ObjectKeyFromObject(legacy))
+		})
 	}
 	wg.Wait()
 	f.g.Expect(errs).To(HaveEach(Succeed()))
