@@ -214,7 +214,10 @@ CLUSTER_COMMAND ?= bin/cluster-command
 CLUSTER_FLAGS = --dir $(CLUSTER_DIR) --k8s-bin $(K8S_BIN) --kwok $(KWOK) --kubelet $(KUBELET) --images $(IMAGES_DIR)
 # The real nodes of make cluster (a containerd and a kubelet each, beside
 # kwok's simulated nodes); REAL_NODES=0 for none.
-REAL_NODES ?= 1
+REAL_NODES ?= 2
+# The demos start the cluster as make cluster does, when it does not run.
+DEMO_FLAGS = --cluster-dir $(CLUSTER_DIR) --k8s-bin $(K8S_BIN) --kwok $(KWOK) --helm $(HELM) --kubelet $(KUBELET) \
+	--images $(IMAGES_DIR) --cluster-command $(CURDIR)/$(CLUSTER_COMMAND) --real-nodes $(REAL_NODES)
 KUBELET := $(K8S_BIN)/kubelet
 export FENCEDLEASE_KUBELET := $(KUBELET)
 # The image tarballs of hack/tools/images (make images), which the real
@@ -285,17 +288,17 @@ cluster-status: cluster-command ## List the local cluster's processes and nodes.
 # from the chart, a 3-replica Deployment, a deleted holder, a failed node, a
 # rolling update; the cluster stays up.
 .PHONY: demo
-demo: cluster-tools $(KWOK) $(HELM) postgres build ## Show the operator at work on the local cluster.
+demo: cluster-tools $(KWOK) $(HELM) node-packages kubelet images cluster-command postgres build ## Show the operator at work on the local cluster.
 	$(call go-build,./hack/demo,bin/demo-command)
-	@bin/demo-command --cluster-dir $(CLUSTER_DIR) --k8s-bin $(K8S_BIN) --kwok $(KWOK) --helm $(HELM) --manager $(CURDIR)/bin/manager
+	@bin/demo-command $(DEMO_FLAGS) --manager $(CURDIR)/bin/manager
 
 # make demo-controller: CLIENTGO=0 leaves out client-go's leader election
 # (about 35 of its 55 to 70 seconds).
 .PHONY: demo-controller
-demo-controller: cluster-tools $(KWOK) $(HELM) build build-example ## Show the example fenced controller: its holder paused, resumed, rejected.
+demo-controller: cluster-tools $(KWOK) $(HELM) node-packages kubelet images cluster-command build build-example ## Show the example fenced controller: its holder paused, resumed, rejected.
 	$(call go-build,./hack/demo,bin/demo-command)
-	@bin/demo-command --scene controller $(if $(filter 0,$(CLIENTGO)),--clientgo=false) --cluster-dir $(CLUSTER_DIR) --k8s-bin $(K8S_BIN) \
-		--kwok $(KWOK) --helm $(HELM) --manager $(CURDIR)/bin/manager --example $(CURDIR)/bin/fenced-controller
+	@bin/demo-command --scene controller $(if $(filter 0,$(CLIENTGO)),--clientgo=false) $(DEMO_FLAGS) \
+		--manager $(CURDIR)/bin/manager --example $(CURDIR)/bin/fenced-controller
 
 ##@ Deploy
 

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that the local cluster's real nodes run, when
 # they are missing: containerd, runc, the CNI plugins (containerd wants a
-# network configuration even for host-network pods) and a static busybox (the
-# shell of the workload image). It installs nothing else and changes no
+# network configuration even for host-network pods; the bridge plugin joins
+# the pods to the pod network), iproute2 (ip: the pod network's bridge) and a
+# static busybox (the shell of the workload image). It installs nothing else and changes no
 # setting of the machine: containerd's service is stopped and disabled again
 # if the package started it, since the nodes run their own containerd with
 # its state in the cluster's directory.
 set -euo pipefail
 
-want=(containerd runc containernetworking-plugins busybox-static)
+want=(containerd runc containernetworking-plugins iproute2 busybox-static)
 missing=()
 for p in "${want[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

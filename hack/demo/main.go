@@ -26,6 +26,10 @@ func main() {
 	flag.StringVar(&cfg.Dir, "cluster-dir", "bin/cluster", "State directory of the local cluster.")
 	flag.StringVar(&cfg.K8sBin, "k8s-bin", "", "Directory of etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (default bin/k8s/<K8S_VERSION of hack/versions.env>).")
 	flag.StringVar(&cfg.Kwok, "kwok", "", "The kwok binary (default bin/tools/kwok-<KWOK_VERSION of hack/versions.env>).")
+	flag.StringVar(&cfg.Kubelet, "kubelet", "", "The real nodes' kubelet (default bin/k8s/<K8S_VERSION>/kubelet).")
+	flag.StringVar(&cfg.BalancerBin, "cluster-command", "bin/cluster-command", "The cluster command (make cluster-command): it forwards the pod network's kubernetes Service to the API server.")
+	imagesDir := flag.String("images", "", "The image tarballs' directory (default bin/images; make images).")
+	realNodes := flag.Int("real-nodes", 2, "Real nodes to start with the cluster (the workload scene needs two).")
 	flag.StringVar(&o.helm, "helm", "", "The helm binary (default bin/tools/helm-<HELM_VERSION of hack/versions.env>).")
 	flag.StringVar(&o.manager, "manager", "bin/manager", "The operator binary (make build).")
 	flag.StringVar(&o.chart, "chart", "charts/fencedlease", "The operator's Helm chart.")
@@ -44,7 +48,17 @@ func main() {
 	if o.helm == "" {
 		o.helm = harness.Tool("helm")
 	}
-	for _, p := range []*string{&cfg.K8sBin, &cfg.Kwok, &o.helm, &o.manager, &o.chart, &o.example, &o.exampleConfig} {
+	if cfg.Kubelet == "" {
+		cfg.Kubelet = harness.Kubelet()
+	}
+	if *imagesDir == "" {
+		*imagesDir = harness.ImagesDir()
+	}
+	for i := range *realNodes {
+		cfg.RealNodes = append(cfg.RealNodes, fmt.Sprintf("real-node-%d", i+1))
+	}
+	cfg.Images = cluster.ImageTarballs(*imagesDir)
+	for _, p := range []*string{&cfg.K8sBin, &cfg.Kwok, &cfg.Kubelet, &cfg.BalancerBin, &o.helm, &o.manager, &o.chart, &o.example, &o.exampleConfig} {
 		abs, err := filepath.Abs(*p)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "demo:", err)
@@ -116,14 +130,18 @@ func startCluster(ctx context.Context, cfg cluster.Config) (*demo, error) {
 		return nil, err
 	}
 	if started {
-		d.say("Started etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (%d simulated nodes).", len(c.Nodes))
+		d.say("Started etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (%d simulated nodes)", len(c.Nodes))
+		d.say("and %d real nodes: a containerd and a kubelet of this machine each, with a pod network.", len(c.RealNodes))
 	} else {
 		d.say("Already running (make cluster): reused.")
 	}
-	d.say("%s", cluster.NoContainers)
 	if d.c, err = client.New(c.RestConfig, client.Options{Scheme: setup.Scheme()}); err != nil {
 		return nil, err
 	}
+	if d.realNodes, err = c.RealNodeNames(ctx); err != nil {
+		return nil, err
+	}
+	explain("Real nodes %v run the operator and the workload as real containers; kwok's simulated nodes run no container.", d.realNodes)
 	if err := c.RestoreNodes(ctx, time.Minute); err != nil {
 		return nil, err
 	}
@@ -172,8 +190,11 @@ func quote(args []string) []string {
 // workloadScene is make demo: a Deployment's pods compete for a
 // FencedLease and write a protected ConfigMap.
 func (d *demo) workloadScene(o options) error {
-	d.step("Installing the operator from the Helm chart")
-	if err := d.installOperator(o); err != nil {
+	if len(d.realNodes) < 2 {
+		return fmt.Errorf("the running cluster has %d real nodes, the demo needs two: make cluster-down, then make demo (or make cluster REAL_NODES=2)", len(d.realNodes))
+	}
+	d.step("Installing the operator from the Helm chart, in the cluster")
+	if err := d.installInCluster(o); err != nil {
 		return err
 	}
 	if err := d.scenario(); err != nil {

@@ -25,6 +25,10 @@ type demo struct {
 	start   time.Time
 	ns      string
 	op      *cluster.Operator
+	// install is the chart installed in the cluster (the workload scene),
+	// realNodes the cluster's real nodes.
+	install   *cluster.Install
+	realNodes []string
 
 	handoffs        []handoff
 	accepted        int
@@ -165,11 +169,13 @@ func (d *demo) lookAround() {
     $kubectl -n %s describe pod <pod>  # annotations, readiness gate, token volume
     $kubectl -n %s get events --sort-by=.lastTimestamp
     $kubectl -n %s delete pod <holder> # and watch another pod take over
-    $kubectl get nodes                          # the failed node stays lost until the next make demo
+    $kubectl -n %s get pods -o wide   # the operator's two pods
+    $kubectl get nodes                          # real-node-* run containers, kwok-node-* are simulated
 
-    The operator's log: %s
+    Containers' logs (the API server cannot reach the kubelets for kubectl logs):
+        %s/nodes/<node>/pod-logs/<namespace>_<pod>_<uid>/<container>/
     Stop everything:    make cluster-down
-`, d.cl.Kubeconfig, d.kubectl, d.ns, d.ns, d.ns, d.ns, d.ns, d.ns, d.op.LogFile())
+`, d.cl.Kubeconfig, d.kubectl, d.ns, d.ns, d.ns, d.ns, d.ns, d.ns, namespace, d.cl.Dir)
 }
 
 // dump prints what there is to see after a failure.
@@ -186,5 +192,8 @@ func (d *demo) dump() {
 	}
 	if d.op != nil {
 		fmt.Fprintf(os.Stderr, "\noperator log (%s), last lines:\n%s\n", d.op.LogFile(), d.cl.Tail("operator-demo", 40))
+	}
+	if d.install != nil {
+		fmt.Fprintf(os.Stderr, "\noperator pods' logs, last lines:\n%s\n", d.operatorLog(30))
 	}
 }

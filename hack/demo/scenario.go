@@ -112,8 +112,28 @@ func (d *demo) workload() error {
 	return nil
 }
 
+// workScript is the workload's container: fence run starts the work only
+// on the holder, with the fence read from the token files, and stops it
+// (SIGTERM) when the pod stops holding or is deleted.
+const workScript = `exec /fence run --grace-period 15s -- /bin/sh -c '` +
+	`echo "work started with fence $FENCE_TOKEN, read from /etc/fencedlease/fence"; ` +
+	`trap "echo \"SIGTERM: flushing for 10s\"; sleep 10; echo \"work stopped\"; exit 0" TERM; while :; do sleep 0.2; done'`
+
 func deployment(ns, version string) *appsv1.Deployment {
 	labels := map[string]string{"app": app, fencingv1alpha1.LabelInject: "true"}
+	spec := corev1.PodSpec{
+		TerminationGracePeriodSeconds: ptr.To[int64](grace),
+		Containers: []corev1.Container{{Name: app, Image: "fencedlease.local/workload:dev", ImagePullPolicy: corev1.PullNever,
+			Command: []string{"/bin/sh", "-c", workScript}}},
+		TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+			MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
+			LabelSelector:    &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}},
+			NodeTaintsPolicy: ptr.To(corev1.NodeInclusionPolicyHonor),
+		}},
+	}
+	// On the real nodes, in the pod network: not host-network.
+	cluster.OnRealNode(&spec)
+	spec.HostNetwork = false
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app},
 		Spec: appsv1.DeploymentSpec{
@@ -126,16 +146,7 @@ func deployment(ns, version string) *appsv1.Deployment {
 				RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromString("100%"))}},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{"demo/version": version}},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr.To[int64](grace),
-					Containers: []corev1.Container{{Name: app, Image: "registry.example/exporter:" + version,
-						Command: []string{"fence", "run", "--", "/app/exporter"}}},
-					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
-						MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule,
-						LabelSelector:    &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}},
-						NodeTaintsPolicy: ptr.To(corev1.NodeInclusionPolicyHonor),
-					}},
-				},
+				Spec:       spec,
 			},
 		},
 	}
@@ -161,8 +172,11 @@ func (d *demo) firstHolder() (*corev1.Pod, int64, error) {
 		gates = append(gates, string(g.ConditionType))
 	}
 	d.say("The pod webhook injected into the ReplicaSet's pods: volume %v at /etc/fencedlease, readiness gate %v.", volumes, gates)
-	explain("A kubelet projects the pod's annotations into /etc/fencedlease/fence (%d) and /etc/fencedlease/role (holder),", fence)
-	explain("where the workload reads its token; here the demo reads the annotations and acts as the pod.")
+	explain("The kubelet projects the pod's annotations into /etc/fencedlease/fence and /etc/fencedlease/role;")
+	explain("the container runs fence run, which starts the work on the holder alone, with the fence it reads there:")
+	if err := d.processSays(holder, fmt.Sprintf("work started with fence %d", fence), time.Minute); err != nil {
+		return nil, 0, err
+	}
 	d.handoffs = append(d.handoffs, handoff{cause: "first grant", from: "-", to: holder.Name, fence: fence, took: time.Since(t0)})
 	return holder, fence, nil
 }
@@ -186,18 +200,31 @@ func (d *demo) deleteHolder(holder *corev1.Pod, fence int64) (*corev1.Pod, int64
 	if err != nil {
 		return nil, 0, err
 	}
+	// The old holder's client, its token bound to the pod: made now, while
+	// the pod exists, as the pod's own token was.
+	oldClient, err := testenv.PodClient(d.ctx, d.cl.RestConfig, holder)
+	if err != nil {
+		return nil, 0, err
+	}
 	t0 := time.Now()
 	if err := d.c.Delete(d.ctx, holder); err != nil {
 		return nil, 0, err
 	}
 	explain("A pod being deleted is no longer a candidate: the operator revokes its grant at once, and with takeover Safe")
 	explain("grants the next pod when the old grant has expired (at most %ds).", leaseSeconds)
+	if err := d.processSays(holder, "SIGTERM: flushing", time.Minute); err != nil {
+		return nil, 0, err
+	}
+	explain("The kubelet's SIGTERM reached the work through fence run; the work takes 10s to stop.")
 	next, nextFence, err := d.waitHolder(holder, time.Minute)
 	if err != nil {
 		return nil, 0, err
 	}
 	took := time.Since(t0)
 	d.say("%s took over with fence %d > %d, %.1fs after the deletion.", next.Name, nextFence, fence, took.Seconds())
+	if err := d.processSays(next, fmt.Sprintf("work started with fence %d", nextFence), time.Minute); err != nil {
+		return nil, 0, err
+	}
 	d.handoffs = append(d.handoffs, handoff{cause: "holder pod deleted", from: holder.Name, to: next.Name, fence: nextFence, took: took})
 	if err := d.waitPods(3, before); err != nil {
 		return nil, 0, err
@@ -206,7 +233,7 @@ func (d *demo) deleteHolder(holder *corev1.Pod, fence int64) (*corev1.Pod, int64
 
 	d.step(fmt.Sprintf("The old holder %s, still shutting down, writes with its old fence %d", holder.Name, fence))
 	explain("It authenticates as itself (its own pod-bound token, still valid while the pod exists).")
-	if err := d.expectRejected(holder, fence); err != nil {
+	if err := d.expectRejectedWith(oldClient, holder, fence); err != nil {
 		return nil, 0, err
 	}
 	return next, nextFence, d.expectAccepted(next, nextFence)
@@ -214,36 +241,60 @@ func (d *demo) deleteHolder(holder *corev1.Pod, fence int64) (*corev1.Pod, int64
 
 func (d *demo) failNode(holder *corev1.Pod, fence int64) (*corev1.Pod, int64, error) {
 	node := holder.Spec.NodeName
-	d.step(fmt.Sprintf("The holder's node %s fails: its heartbeats stop", node))
-	explain("kwok stops renewing the node's Lease in kube-node-lease, as a dead kubelet would. The node lifecycle controller")
-	explain("marks the node lost %s after the last heartbeat; the operator then counts the holder as gone.", d.cl.NodeMonitorGracePeriod)
+	d.step(fmt.Sprintf("The holder's node %s fails: its kubelet stops", node))
+	explain("The kubelet is stopped (SIGSTOP): no heartbeat, no status, no update of the pods' files, as when a node hangs.")
+	explain("Its containers run on. The node lifecycle controller marks the node lost %s after the last heartbeat;", d.cl.NodeMonitorGracePeriod)
+	explain("the operator then counts the holder as gone.")
 	t0 := time.Now()
-	if err := d.cl.FailNode(d.ctx, node); err != nil {
+	if err := d.cl.StopKubelet(node); err != nil {
 		return nil, 0, err
 	}
 	lostAt, err := d.waitNodeLost(node, 2*time.Minute)
 	if err != nil {
 		return nil, 0, err
 	}
-	d.say("Node %s is marked lost (Ready Unknown), %.1fs after its last heartbeat.", node, lostAt.Sub(t0).Seconds())
+	d.say("Node %s is marked lost (Ready Unknown), %.1fs after its kubelet stopped.", node, lostAt.Sub(t0).Seconds())
 	next, nextFence, err := d.waitHolder(holder, 2*time.Minute)
 	if err != nil {
 		return nil, 0, err
 	}
 	took := time.Since(t0)
-	d.say("%s on %s took over with fence %d > %d: %.1fs after the last heartbeat, %.1fs after the node was marked lost.",
+	d.say("%s on %s took over with fence %d > %d: %.1fs after the kubelet stopped, %.1fs after the node was marked lost.",
 		next.Name, next.Spec.NodeName, nextFence, fence, took.Seconds(), time.Since(lostAt).Seconds())
 	d.handoffs = append(d.handoffs, handoff{cause: "holder's node lost", from: holder.Name, to: next.Name, fence: nextFence, took: took})
+	if err := d.processSays(next, fmt.Sprintf("work started with fence %d", nextFence), time.Minute); err != nil {
+		return nil, 0, err
+	}
 	d.showPods()
-	d.step(fmt.Sprintf("The old holder %s is cut off from its node, not from the API server: it writes with fence %d", holder.Name, fence))
+	log, _ := d.processLog(holder)
+	d.step(fmt.Sprintf("The old holder %s still works: its files say fence %d, and no kubelet updates them", holder.Name, fence))
+	if last := lastLine(log); last != "" {
+		d.say("Its process's last words: %q", last)
+	}
+	explain("It is cut off from its node, not from the API server, and writes with the fence it has:")
 	if err := d.expectRejected(holder, fence); err != nil {
 		return nil, 0, err
 	}
-	return next, nextFence, d.expectAccepted(next, nextFence)
+	if err := d.expectAccepted(next, nextFence); err != nil {
+		return nil, 0, err
+	}
+	d.step(fmt.Sprintf("The kubelet of %s resumes", node))
+	if err := d.cl.ContinueKubelet(node); err != nil {
+		return nil, 0, err
+	}
+	if err := d.processSays(holder, "work stopped", 2*time.Minute); err != nil {
+		return nil, 0, err
+	}
+	explain("The kubelet rewrote the old holder's files (role standby): fence run stopped its work.")
+	if err := d.waitNodeReady(node, 2*time.Minute); err != nil {
+		return nil, 0, err
+	}
+	d.say("Node %s is Ready again.", node)
+	return next, nextFence, nil
 }
 
 func (d *demo) rollingUpdate(holder *corev1.Pod, fence int64) error {
-	d.step("A rolling update: the pod template changes (image exporter:2)")
+	d.step("A rolling update: the pod template changes (annotation demo/version=2)")
 	dep := &appsv1.Deployment{}
 	if err := d.c.Get(d.ctx, client.ObjectKey{Namespace: d.ns, Name: app}, dep); err != nil {
 		return err
@@ -450,7 +501,16 @@ func (d *demo) expectAccepted(pod *corev1.Pod, fence int64) error {
 }
 
 func (d *demo) expectRejected(pod *corev1.Pod, fence int64) error {
-	err := cluster.WriteAs(d.ctx, d.cl.RestConfig, pod, stateName, app, fence, map[string]string{"written-by": pod.Name})
+	pc, err := testenv.PodClient(d.ctx, d.cl.RestConfig, pod)
+	if err != nil {
+		return err
+	}
+	return d.expectRejectedWith(pc, pod, fence)
+}
+
+// expectRejectedWith is expectRejected with a client of the pod's.
+func (d *demo) expectRejectedWith(pc client.Client, pod *corev1.Pod, fence int64) error {
+	err := cluster.WriteWith(d.ctx, pc, pod, stateName, app, fence, map[string]string{"written-by": pod.Name})
 	if err == nil {
 		return fmt.Errorf("the write of %s with fence %d was accepted", pod.Name, fence)
 	}

@@ -107,8 +107,11 @@ func (c *Cluster) podNet() (podNetwork, error) {
 // addresses; a bridge of the same name (an earlier run's) goes first.
 func (n podNetwork) createBridge() error {
 	_ = deleteLink(n.bridge)
+	// A bridge takes the lowest address of its ports unless it has one of
+	// its own: it would change as pods come and go, and the pods' ARP
+	// entries for the gateway would go stale (connections time out).
 	for _, args := range [][]string{
-		{"link", "add", n.bridge, "type", "bridge"},
+		{"link", "add", n.bridge, "address", n.bridgeMAC().String(), "type", "bridge"},
 		{"addr", "add", n.gateway() + "/17", "dev", n.bridge},
 		{"addr", "add", n.serviceIP() + "/32", "dev", n.bridge},
 		{"link", "set", n.bridge, "up"},
@@ -118,6 +121,12 @@ func (n podNetwork) createBridge() error {
 		}
 	}
 	return nil
+}
+
+// bridgeMAC is the bridge's own (locally administered) address.
+func (n podNetwork) bridgeMAC() net.HardwareAddr {
+	sum := sha256.Sum256([]byte(n.bridge))
+	return net.HardwareAddr{0x02, sum[0], sum[1], sum[2], sum[3], sum[4]}
 }
 
 // deleteLink removes an interface of the machine; one that does not exist

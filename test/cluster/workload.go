@@ -58,8 +58,15 @@ func WriteAs(ctx context.Context, cfg *rest.Config, pod *corev1.Pod, name, lease
 	if err != nil {
 		return err
 	}
+	return WriteWith(ctx, pc, pod, name, lease, fence, data)
+}
+
+// WriteWith is WriteAs with a client of the pod's made earlier
+// (testenv.PodClient): its token was bound to the pod then, for a pod that
+// may be gone by the time it writes.
+func WriteWith(ctx context.Context, pc client.Client, pod *corev1.Pod, name, lease string, fence int64, data map[string]string) error {
 	cm := &corev1.ConfigMap{}
-	err = pc.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: name}, cm)
+	err := pc.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: name}, cm)
 	switch {
 	case apierrors.IsNotFound(err):
 		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: name,
