@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -64,8 +65,35 @@ func (c *Cluster) bridgeName() string {
 
 // choosePodNetwork picks N: from the directory's hash, the first one whose
 // 10.N.0.0/16 no address of the machine is in (another cluster's bridge,
-// or the machine's own network), and records it.
+// or the machine's own network), and records it. With real nodes it makes
+// the bridge at once, under a lock of the machine's, so that two clusters
+// starting together do not pick the same N.
 func (c *Cluster) choosePodNetwork() (podNetwork, error) {
+	if len(c.RealNodes) > 0 && !c.ControlPlaneOnly {
+		lock, err := os.OpenFile(filepath.Join(os.TempDir(), "fencedlease-podnet.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			return podNetwork{}, err
+		}
+		defer lock.Close()
+		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+			return podNetwork{}, err
+		}
+		defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
+		// An earlier run's bridge of this directory is not another's.
+		_ = deleteLink(c.bridgeName())
+		n, err := c.pickPodNetwork()
+		if err != nil {
+			return n, err
+		}
+		if err := n.createBridge(); err != nil {
+			return n, fmt.Errorf("pod network: %w", err)
+		}
+		return n, nil
+	}
+	return c.pickPodNetwork()
+}
+
+func (c *Cluster) pickPodNetwork() (podNetwork, error) {
 	sum := sha256.Sum256([]byte(c.Dir))
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
@@ -169,15 +197,12 @@ func (c *Cluster) nodeIndex(node string) int {
 // address to the API server in a detached cluster.
 const serviceProxyName = "service-proxy"
 
-// startPodNetwork makes the bridge and starts the forwarding from the
+// startPodNetwork starts the forwarding from the
 // kubernetes Service's address (port 443) to the API server at s.admin,
 // when the cluster has real nodes.
 func (c *Cluster) startPodNetwork(s servers) error {
 	if len(c.RealNodes) == 0 {
 		return nil
-	}
-	if err := c.net.createBridge(); err != nil {
-		return fmt.Errorf("pod network: %w", err)
 	}
 	u, err := url.Parse(s.admin)
 	if err != nil {
