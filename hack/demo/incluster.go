@@ -119,7 +119,10 @@ func (d *demo) processSays(pod *corev1.Pod, want string, timeout time.Duration) 
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the process of pod %s did not write %q in %s (its log: %q, %v)", pod.Name, want, timeout, lastLine(log), err)
+			if err != nil {
+				return fmt.Errorf("the process of pod %s did not write %q in %s: %w", pod.Name, want, timeout, err)
+			}
+			return fmt.Errorf("the process of pod %s did not write %q in %s (its last line: %q)", pod.Name, want, timeout, lastLine(log))
 		}
 		select {
 		case <-d.ctx.Done():
