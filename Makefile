@@ -187,8 +187,18 @@ bench-storage: control-plane $(VERSITYGW) ## Measure what the fence gateway adds
 # leases; about 45 minutes); BENCH_OUT names the results directory (default
 # bench-results/<UTC date and time>).
 .PHONY: bench
-bench: cluster-tools ## Run the benchmarks against client-go's leader election.
+bench: cluster-tools bench-knows ## Run the benchmarks against client-go's leader election.
 	go run ./hack/bench $(if $(FULL),-full) $(if $(BENCH_OUT),-out $(BENCH_OUT))
+
+# make bench-knows (test/e2e TestProcessKnows): on the real node, KNOWS_ROUNDS
+# handoffs each of fencedlease and of client-go's leader election (with and
+# without ReleaseOnCancel), the holder pod deleted: when the new holder is
+# published, when its process knows, when the old one is told (about 25
+# minutes at 50; make test runs 2).
+KNOWS_ROUNDS ?= 50
+.PHONY: bench-knows
+bench-knows: cluster-tools $(KWOK) $(HELM) kubelet images ## Measure when the processes know of a handoff, on the real node, beside client-go (KNOWS_ROUNDS=50).
+	KNOWS_ROUNDS=$(KNOWS_ROUNDS) FENCEDLEASE_KWOK=$(KWOK) go test -tags e2e -count=1 -v -timeout 90m -run TestProcessKnows ./test/e2e/
 
 # make chaos: CHAOS_DURATION of faults (the test's default, 75s, when unset);
 # LONG=1 makes it CHAOS_LONG_DURATION. HA=1 (or CHAOS_CONTROL_PLANE=ha) runs
@@ -250,7 +260,7 @@ kubelet:
 # engine, no registry.
 .PHONY: images
 images: node-packages ## Build the container images as tarballs (no Docker) into bin/images.
-	@echo "==> Building the images (operator, fenced-controller, pause, workload) into $(IMAGES_DIR)."
+	@echo "==> Building the images (operator, fenced-controller, elector, pause, workload) into $(IMAGES_DIR)."
 	@cd hack/tools/images && go run . -repo $(CURDIR) -out $(IMAGES_DIR) >/dev/null
 
 # go-build builds the Go command $(1) into $(2). Its first build compiles

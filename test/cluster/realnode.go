@@ -488,7 +488,7 @@ func (c *Cluster) stopRealNode(node string) error {
 
 // Images are the names of the image tarballs (hack/tools/images) that the
 // real nodes import.
-var Images = []string{"pause", "workload", "operator", "fenced-controller"}
+var Images = []string{"pause", "workload", "operator", "fenced-controller", "elector"}
 
 // ImageTarballs are the tarballs of Images in dir.
 func ImageTarballs(dir string) []string {

@@ -77,6 +77,14 @@ func Definitions() []Definition {
 			Entrypoint: []string{"/pause"},
 		},
 		{
+			// client-go's leader election, for the benchmark beside it
+			// (test/elector).
+			Name: "elector", Ref: "fencedlease.local/elector:dev",
+			Binaries:   []Binary{{Package: "./test/elector", Path: "/elector"}},
+			User:       "65532:65532",
+			Entrypoint: []string{"/elector"},
+		},
+		{
 			Name: "workload", Ref: "fencedlease.local/workload:dev",
 			Binaries:   []Binary{{Package: "./cmd/fence", Path: "/fence", Version: true}},
 			Files:      []File{{From: "/bin/busybox", Path: "/bin/busybox"}},
