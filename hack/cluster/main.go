@@ -24,7 +24,7 @@ func main() {
 	flag.StringVar(&cfg.Dir, "dir", "bin/cluster", "State directory of the cluster.")
 	flag.StringVar(&cfg.K8sBin, "k8s-bin", "", "Directory of etcd, kube-apiserver, kube-controller-manager and kube-scheduler (default bin/k8s/<K8S_VERSION of hack/versions.env>).")
 	flag.StringVar(&cfg.Kwok, "kwok", "", "The kwok binary (default bin/tools/kwok-<KWOK_VERSION of hack/versions.env>).")
-	realNodes := flag.Int("real-nodes", 1, "How many real nodes (a containerd and a kubelet each) run beside kwok's.")
+	realNodes := flag.Int("real-nodes", 2, "How many real nodes (a containerd and a kubelet each) run beside kwok's.")
 	flag.StringVar(&cfg.Kubelet, "kubelet", "", "The real nodes' kubelet (default bin/k8s/<K8S_VERSION>/kubelet, or $FENCEDLEASE_KUBELET).")
 	imagesDir := flag.String("images", "", "Directory of the image tarballs imported into the real nodes (default bin/images, or $FENCEDLEASE_IMAGES).")
 	flag.BoolVar(&cfg.HA, "ha", false, "Start an HA control plane: three etcd members and two API servers behind a TCP balancer.")
@@ -120,7 +120,7 @@ func up(ctx context.Context, c *cluster.Cluster) error {
 	if len(c.RealNodes) > 0 {
 		fmt.Printf("    Real nodes: %s, a containerd and a kubelet of this machine each, their state and mounts under %s/nodes;\n",
 			strings.Join(c.RealNodes, ", "), c.Dir)
-		fmt.Printf("    their pods run as real containers, in the machine's network (docs/cluster.md).\n")
+		fmt.Printf("    their pods run as real containers, on a pod network of the cluster's own bridge (docs/cluster.md).\n")
 	}
 	start := time.Now()
 	if _, err := c.Up(ctx); err != nil {
