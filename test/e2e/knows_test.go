@@ -91,6 +91,10 @@ func fencedHandoffs(t *testing.T, rounds int) handoffTimes {
 		g.Expect(nextFence).To(BeNumerically(">", fence))
 		out.knows = append(out.knows, w.logLine(t, next, fmt.Sprintf("started %d", nextFence)).Sub(t0))
 		out.told = append(out.told, told(t).Sub(t0))
+		if testing.Verbose() {
+			t.Logf("fencedlease round %d: fence %d to %d, published %s, knows %s", i, fence, nextFence,
+				out.published[i].Round(time.Millisecond), out.knows[i].Round(time.Millisecond))
+		}
 		w.realPod(t, fmt.Sprintf("knows-%d", i+2), script)
 	}
 	return out
