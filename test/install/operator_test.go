@@ -632,11 +632,12 @@ func leastPrivilege(t *testing.T, op *operator, wns string) {
 		{ns, "update", "", "secrets", "another-secret", false},
 		{ns, "delete", "", "secrets", "fencedlease-webhook-cert", false},
 		// The Secret of the webhooks' path token, which it creates in its own
-		// namespace (RBAC cannot narrow create to one name) and never
-		// changes.
+		// namespace (RBAC cannot narrow create to one name) and changes only
+		// to replace a token of the earlier format.
 		{ns, "create", "", "secrets", "", true},
 		{ns, "get", "", "secrets", "fencedlease-webhook-token", true},
-		{ns, "update", "", "secrets", "fencedlease-webhook-token", false},
+		{ns, "update", "", "secrets", "fencedlease-webhook-token", true},
+		{ns, "update", "", "secrets", "another-secret-too", false},
 		{ns, "delete", "", "secrets", "fencedlease-webhook-token", false},
 		// Only its own webhook configurations, and only their update (the CA
 		// bundle, the path token).

@@ -128,7 +128,7 @@ func TestForgedReviews(t *testing.T) {
 	f.g.Expect(f.operator.Create(f.ctx, f.configMap("state", "db", "", "v1"))).To(Succeed())
 	c, base := webhookClient(f.g)
 	token := f.pathToken()
-	f.g.Expect(token).To(HaveLen(43))
+	f.g.Expect(token).To(HaveLen(52))
 	configmaps := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 	breakGlass := f.review("forged-0", "bob", configmaps, "ConfigMap", "forged")
 
@@ -136,10 +136,10 @@ func TestForgedReviews(t *testing.T) {
 	// with this one's token shape, and the token on the wrong webhook.
 	for _, path := range []string{
 		protected.Path + "/",
-		protected.Path + "/" + strings.Repeat("A", 43),
+		protected.Path + "/" + strings.Repeat("a", 52),
 		protected.Path + "/" + token[:42],
 		protected.Path + "/" + token + "/x",
-		"/mutate-fencedlease-pod/" + strings.Repeat("A", 43),
+		"/mutate-fencedlease-pod/" + strings.Repeat("a", 52),
 		"/",
 		"/metrics",
 	} {
@@ -161,7 +161,7 @@ func TestForgedReviews(t *testing.T) {
 		if i%10 == 0 {
 			body = append(body, big...)
 		}
-		code, _ := post(f.g, c, base+protected.Path+"/"+strings.Repeat("B", 43), body)
+		code, _ := post(f.g, c, base+protected.Path+"/"+strings.Repeat("b", 52), body)
 		f.g.Expect(code).To(Equal(http.StatusNotFound))
 		// Authenticated, for resources the webhook never decides.
 		code, resp := post(f.g, c, base+protected.Path+"/"+token,
