@@ -6,9 +6,9 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	"github.com/fencedlease/fencedlease/internal/holder"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // observation is what the operator saw of the current grant of one
@@ -44,7 +44,7 @@ func grantKey(l *coordinationv1.Lease) string {
 	if l.Spec.LeaseTransitions != nil {
 		transitions = *l.Spec.LeaseTransitions
 	}
-	return fmt.Sprintf("%d/%s", transitions, l.Annotations[annotationHolderUID])
+	return fmt.Sprintf("%d/%s", transitions, record.ParseLease(l.Annotations).HolderUID)
 }
 
 func renewTimeOf(l *coordinationv1.Lease) string {
@@ -69,7 +69,7 @@ func (o *memories) observe(key types.NamespacedName, l *coordinationv1.Lease, fe
 	defer o.mu.Unlock()
 	now, obs := o.clock.Now(), &o.get(key).observation
 	switch g := grantKey(l); {
-	case !newer(l.ResourceVersion, obs.rv):
+	case !record.MaybeNewer(l.ResourceVersion, obs.rv):
 		// A read older than one already seen (a lagging cache) says nothing new.
 	case obs.grant != g:
 		obs.grant, obs.renewTime, obs.fence, obs.renewedAt, obs.grantedAt = g, renewTimeOf(l), fenceAnnotation(l.Annotations), now, now
@@ -80,7 +80,7 @@ func (o *memories) observe(key types.NamespacedName, l *coordinationv1.Lease, fe
 	case fenceAnnotation(l.Annotations) > obs.fence:
 		obs.fence, obs.renewedAt = fenceAnnotation(l.Annotations), now
 	}
-	if newer(l.ResourceVersion, obs.rv) {
+	if record.MaybeNewer(l.ResourceVersion, obs.rv) {
 		obs.rv, obs.dropped = l.ResourceVersion, nil
 	}
 	if fence > obs.maxFence {
@@ -148,17 +148,6 @@ func (o *memories) inherited(key types.NamespacedName) bool {
 	return obs != nil && obs.inherited
 }
 
-// newer reports whether resourceVersion rv is newer than seen (KEP-5504
-// ordering). Anything unordered counts as newer, so that the operator never
-// ignores a Lease it cannot compare.
-func newer(rv, seen string) bool {
-	if seen == "" {
-		return true
-	}
-	cmp, err := resourceversion.CompareResourceVersion(rv, seen)
-	return err != nil || cmp > 0
-}
-
 // maxFence is the highest fence this operator has seen for the FencedLease.
 // It survives a storage restore that rewinds every stored record.
 func (o *memories) maxFence(key types.NamespacedName) int64 {
@@ -177,7 +166,7 @@ func (o *memories) dropped(key types.NamespacedName, l *coordinationv1.Lease) {
 	defer o.mu.Unlock()
 	obs := &o.get(key).observation
 	obs.dropped = l.DeepCopy()
-	if newer(l.ResourceVersion, obs.rv) {
+	if record.MaybeNewer(l.ResourceVersion, obs.rv) {
 		obs.rv = l.ResourceVersion
 	}
 }

@@ -25,6 +25,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/holder"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // DefaultPendingGrace is how long a grant written but not committed is left to
@@ -264,7 +265,7 @@ func (r *Reconciler) reconcileInputs(ctx context.Context, s *scope) (ctrl.Result
 	// cache lists again. A status patch planned on it conflicts and changes
 	// nothing.
 	if l == cached && s.recorded.LeaseResourceVersion != "" && l.ResourceVersion != s.recorded.LeaseResourceVersion &&
-		!newer(l.ResourceVersion, s.recorded.LeaseResourceVersion) {
+		!record.MaybeNewer(l.ResourceVersion, s.recorded.LeaseResourceVersion) {
 		// The Lease cache lags behind the status: planning on it would at
 		// best conflict, and recording it would move the status back.
 		ctrl.LoggerFrom(ctx).V(4).Info("Lease cache lags behind the status; looking again",

@@ -17,6 +17,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/holder"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // dbFencedLease is FencedLease db in namespace n, selecting app=db, with
@@ -186,7 +187,7 @@ func TestTheReconcileAfterAGrantTrustsItsOwnPublication(t *testing.T) {
 		t.Fatal(err)
 	}
 	stale := stored.DeepCopy()
-	for _, k := range podAnnotations {
+	for _, k := range record.PodAnnotations {
 		delete(stale.Annotations, k)
 	}
 	rv, err := strconv.Atoi(stored.ResourceVersion)

@@ -3,7 +3,6 @@ package fencedlease
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -78,7 +77,7 @@ func beatsOf(l *coordinationv1.Lease) int64 { return record.BeatsOf(l.Annotation
 func (m *memories) sawBeat(l *coordinationv1.Lease) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.beat.rv != "" && !newer(l.ResourceVersion, m.beat.rv) {
+	if m.beat.rv != "" && !record.Newer(l.ResourceVersion, m.beat.rv) {
 		return
 	}
 	m.beat = beatSeen{rv: l.ResourceVersion, beats: beatsOf(l), changedAt: m.clock.Now(), ahead: m.beat.ahead}
@@ -192,7 +191,7 @@ func (r *Reconciler) beatWrite(l *coordinationv1.Lease) *coordinationv1.Lease {
 		l.Annotations = map[string]string{}
 	}
 	l.Labels[fencingv1alpha1.LabelHeartbeat] = "true"
-	l.Annotations[record.HeartbeatBeats] = record.FormatBeats(beatsOf(l) + 1)
+	record.WriteBeats(l.Annotations, beatsOf(l)+1)
 	now := metav1.NewMicroTime(r.Clock.Now())
 	l.Spec.HolderIdentity = ptr.To(h.Identity)
 	l.Spec.RenewTime = &now
@@ -233,19 +232,11 @@ func (r *Reconciler) creditAfterEnd(ctx context.Context, ended string) (time.Tim
 	case seen.rv == "" || missed < 0:
 		credit = now
 	case live.ResourceVersion == seen.rv || missed == 0:
-	case missed == 1 && laterVersion(live.ResourceVersion, ended):
+	case missed == 1 && record.Newer(live.ResourceVersion, ended):
 		// The one renewal missed came after the end.
 	default:
 		credit = now
 	}
 	r.sawLiveBeat(ctx, live)
 	return credit, nil
-}
-
-// laterVersion says whether resourceVersion a is known to be later than b:
-// both etcd revisions, decimal numbers. Anything else is not known to be.
-func laterVersion(a, b string) bool {
-	x, errA := strconv.ParseUint(a, 10, 64)
-	y, errB := strconv.ParseUint(b, 10, 64)
-	return errA == nil && errB == nil && x > y
 }

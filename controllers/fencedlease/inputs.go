@@ -15,6 +15,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/holder"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // pods is what one reconcile knows of the pods of a FencedLease.
@@ -157,7 +158,7 @@ func podsAhead(cached, live []corev1.Pod) bool {
 		stored[live[i].UID] = live[i].ResourceVersion
 	}
 	for i := range cached {
-		if rv, ok := stored[cached[i].UID]; ok && rv != cached[i].ResourceVersion && newer(cached[i].ResourceVersion, rv) {
+		if rv, ok := stored[cached[i].UID]; ok && record.MaybeNewer(cached[i].ResourceVersion, rv) {
 			return true
 		}
 	}

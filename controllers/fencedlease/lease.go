@@ -22,12 +22,6 @@ import (
 	"github.com/fencedlease/fencedlease/internal/record"
 )
 
-const (
-	annotationHolderUID = fencingv1alpha1.LeaseAnnotationHolderUID
-	annotationState     = fencingv1alpha1.LeaseAnnotationState
-	annotationFence     = fencingv1alpha1.AnnotationFence
-)
-
 // errLeaseNotOwned says the Lease of the FencedLease's name belongs to
 // something else; the operator leaves it alone.
 type errLeaseNotOwned struct{ lease *coordinationv1.Lease }
@@ -121,18 +115,16 @@ func revokedLease(fl *fencingv1alpha1.FencedLease, remembered int64, over *coord
 	if fence == 0 && transitions == 0 {
 		return l
 	}
-	if fence > 0 {
-		l.Annotations[annotationFence] = record.FormatFence(fence)
-	}
+	r := record.Lease{Fence: fence}
 	l.Spec.LeaseTransitions = ptr.To(transitions)
-	if over != nil {
-		return l
+	if over == nil {
+		r.State = holder.StateRevoked
+		if h := fl.Status.Holder; h != nil {
+			l.Spec.HolderIdentity = ptr.To(h.PodName)
+			r.HolderUID = string(h.PodUID)
+		}
 	}
-	l.Annotations[annotationState] = holder.StateRevoked
-	if h := fl.Status.Holder; h != nil {
-		l.Spec.HolderIdentity = ptr.To(h.PodName)
-		l.Annotations[annotationHolderUID] = string(h.PodUID)
-	}
+	r.Apply(l.Annotations)
 	return l
 }
 

@@ -10,10 +10,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fencedlease/fencedlease/internal/holder"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 func TestPriorityOfARegrantIsBehindTheRenewals(t *testing.T) {
-	held := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{annotationState: holder.StateHeld}}}
+	held := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{record.LeaseState: holder.StateHeld}}}
 	for _, tc := range []struct {
 		name   string
 		s      scope

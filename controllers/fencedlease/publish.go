@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,10 +21,6 @@ import (
 	"github.com/fencedlease/fencedlease/internal/holder"
 	"github.com/fencedlease/fencedlease/internal/record"
 )
-
-// The annotations of a pod that belong to the operator.
-var podAnnotations = []string{fencingv1alpha1.AnnotationFence, fencingv1alpha1.AnnotationRole,
-	fencingv1alpha1.AnnotationLease, fencingv1alpha1.AnnotationGrant}
 
 // all returns every pod of the FencedLease the reconcile knows, selected ones
 // first.
@@ -427,8 +422,7 @@ func (m *memories) publishedLately(key types.NamespacedName, pod *corev1.Pod, fe
 		if mem.podsAhead || p.uid != pod.UID || p.fence != fence || p.rv == "" {
 			return
 		}
-		cmp, err := resourceversion.CompareResourceVersion(p.rv, pod.ResourceVersion)
-		lately = err == nil && cmp > 0
+		lately = record.Newer(p.rv, pod.ResourceVersion)
 	})
 	return lately
 }
@@ -540,29 +534,20 @@ func (r *Reconciler) heldElsewhere(ctx context.Context, fl *fencingv1alpha1.Fenc
 // grant (and is the fence of a holder). With a resourceVersion the patch
 // applies to that version only.
 func publicationPatch(action holder.PodAction, lease string, grant int64, resourceVersion string) client.Patch {
-	var labels, ann map[string]any
+	var md map[string]any
 	switch action {
 	case holder.Label:
-		labels = map[string]any{fencingv1alpha1.LabelLease: lease}
+		md = record.PodMergePatch(lease, true, nil)
 	case holder.Standby, holderAction:
-		labels = map[string]any{fencingv1alpha1.LabelLease: lease}
-		ann = map[string]any{fencingv1alpha1.AnnotationLease: lease, fencingv1alpha1.AnnotationRole: holder.RoleStandby, fencingv1alpha1.AnnotationFence: ""}
+		p := record.Pod{Lease: lease, Role: holder.RoleStandby, Grant: grant}
 		if action == holderAction {
-			ann[fencingv1alpha1.AnnotationRole], ann[fencingv1alpha1.AnnotationFence] = holder.RoleHolder, record.FormatFence(grant)
+			p.Role, p.Fence = holder.RoleHolder, grant
 		}
-		if grant != 0 {
-			ann[fencingv1alpha1.AnnotationGrant] = record.FormatFence(grant)
-		}
+		md = record.PodMergePatch(lease, true, &p)
 	case holder.Clear:
-		labels = map[string]any{fencingv1alpha1.LabelLease: nil}
-		ann = map[string]any{}
-		for _, k := range podAnnotations {
-			ann[k] = nil
-		}
-	}
-	md := map[string]any{"labels": labels}
-	if ann != nil {
-		md["annotations"] = ann
+		md = record.PodMergePatch(lease, false, nil)
+	default: // holder.Leave: nothing is written
+		md = map[string]any{}
 	}
 	if resourceVersion != "" {
 		md["resourceVersion"] = resourceVersion

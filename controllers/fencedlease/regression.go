@@ -8,6 +8,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/holder"
+	"github.com/fencedlease/fencedlease/internal/record"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -117,7 +118,7 @@ func (r *Reconciler) checkCacheAhead(ctx context.Context, s *scope) {
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.lease), live); err != nil {
 		return
 	}
-	if live.UID == s.lease.UID && live.ResourceVersion != s.lease.ResourceVersion && newer(s.lease.ResourceVersion, live.ResourceVersion) {
+	if live.UID == s.lease.UID && record.MaybeNewer(s.lease.ResourceVersion, live.ResourceVersion) {
 		ctrl.LoggerFrom(ctx).Info("The Lease cache is ahead of the API server's store (was etcd restored?); reading the Lease from the API server until it catches up",
 			"lease", klog.KObj(live), "cached", s.lease.ResourceVersion, "stored", live.ResourceVersion)
 		r.mem.setAhead(s.key, true)
@@ -138,7 +139,7 @@ func (r *Reconciler) leaseBehindCache(ctx context.Context, key types.NamespacedN
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(cached), live); err != nil {
 		return nil, fmt.Errorf("read Lease %s from the API server, its cache being ahead of the store: %w", klog.KObj(cached), err)
 	}
-	if live.UID != cached.UID || !newer(cached.ResourceVersion, live.ResourceVersion) {
+	if live.UID != cached.UID || !record.MaybeNewer(cached.ResourceVersion, live.ResourceVersion) {
 		r.mem.setAhead(key, false)
 		return cached, nil
 	}
@@ -180,7 +181,7 @@ func (m *memories) sawStoreGoBack(l *coordinationv1.Lease) (seen string, back bo
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	seen = m.beat.rv
-	if seen == "" || !laterVersion(seen, l.ResourceVersion) {
+	if seen == "" || !record.Newer(seen, l.ResourceVersion) {
 		return seen, false
 	}
 	m.beat = beatSeen{rv: l.ResourceVersion, beats: beatsOf(l), changedAt: m.beat.changedAt, ahead: maxVersion(m.beat.ahead, seen)}
@@ -197,7 +198,7 @@ func (m *memories) sawStoreGoBack(l *coordinationv1.Lease) (seen string, back bo
 func (m *memories) beatFromLostPast(l *coordinationv1.Lease) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.beat.ahead != "" && !laterVersion(l.ResourceVersion, m.beat.ahead)
+	return m.beat.ahead != "" && !record.Newer(l.ResourceVersion, m.beat.ahead)
 }
 
 // takeWentBack returns every FencedLease this process knows once after the
@@ -216,9 +217,9 @@ func (m *memories) takeWentBack() []types.NamespacedName {
 	return keys
 }
 
-// maxVersion is the later of two resourceVersions (laterVersion).
+// maxVersion is the later of two resourceVersions (record.Newer).
 func maxVersion(a, b string) string {
-	if laterVersion(b, a) || a == "" {
+	if record.Newer(b, a) || a == "" {
 		return b
 	}
 	return a
@@ -240,7 +241,7 @@ func (r *Reconciler) fencedLeaseBehindCache(ctx context.Context, cached *fencing
 	if err := r.APIReader.Get(ctx, key, live); err != nil {
 		return nil, fmt.Errorf("read FencedLease %s from the API server, its cache being ahead of the store: %w", klog.KObj(cached), err)
 	}
-	if live.UID != cached.UID || !newer(cached.ResourceVersion, live.ResourceVersion) {
+	if live.UID != cached.UID || !record.MaybeNewer(cached.ResourceVersion, live.ResourceVersion) {
 		r.mem.with(key, func(mem *memory) { mem.fencedLeaseAhead = false })
 		return cached, nil
 	}

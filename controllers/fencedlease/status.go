@@ -19,6 +19,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/holder"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // planStatus computes the status a reconcile records, and says whether it
@@ -67,7 +68,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, key types.NamespacedName, 
 // the status records, and sets the conditions.
 func (r *Reconciler) computeStatus(ctx context.Context, s *scope) {
 	st := &s.fl.Status
-	if s.lease != nil && !unsaved(s.lease) && (st.LeaseResourceVersion == "" || newer(s.lease.ResourceVersion, st.LeaseResourceVersion)) {
+	if s.lease != nil && !unsaved(s.lease) && (st.LeaseResourceVersion == "" || record.MaybeNewer(s.lease.ResourceVersion, st.LeaseResourceVersion)) {
 		next := st.DeepCopy()
 		mirrorLease(next, s)
 		if !onlyRenewed(st, next) || r.pace.recordsRenewal(r.Clock.Now(), timeOf(st.RenewTime), timeOf(next.RenewTime), r.StatusRenewalInterval) {

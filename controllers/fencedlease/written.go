@@ -2,10 +2,10 @@ package fencedlease
 
 import (
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // The memory of a FencedLease keeps what the API server returned for this
@@ -48,8 +48,7 @@ func (m *memories) refresh(fl *fencingv1alpha1.FencedLease) {
 			return
 		}
 		if own.UID == fl.UID {
-			cmp, err := resourceversion.CompareResourceVersion(own.ResourceVersion, fl.ResourceVersion)
-			if err == nil && cmp > 0 {
+			if record.Newer(own.ResourceVersion, fl.ResourceVersion) {
 				own.DeepCopyInto(fl)
 				return
 			}

@@ -2,9 +2,6 @@ package holder
 
 import (
 	"fmt"
-	"strconv"
-
-	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	"github.com/fencedlease/fencedlease/internal/record"
 )
@@ -37,9 +34,9 @@ func CheckIncreases(rv string, floor int64) (int64, error) {
 	if floor <= 0 {
 		return fence, nil
 	}
-	cmp, err := resourceversion.CompareResourceVersion(rv, strconv.FormatInt(floor, 10))
-	if err != nil {
-		return 0, fmt.Errorf("compare resourceVersion %q with fence %d: %w", rv, floor, err)
+	cmp, ok := record.CompareVersions(rv, record.FormatFence(floor))
+	if !ok {
+		return 0, fmt.Errorf("resourceVersion %q cannot be ordered against fence %d", rv, floor)
 	}
 	if cmp <= 0 {
 		return 0, &RegressionError{Fence: fence, Floor: floor}

@@ -2,7 +2,6 @@ package holder
 
 import (
 	"slices"
-	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -39,13 +38,9 @@ func GrantWrite(l *coordinationv1.Lease, target Candidate, p Policy, now time.Ti
 	next.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
 	r := record.ParseLease(next.Annotations)
 	r.State, r.HolderUID, r.Renewal, r.RenewInterval = StatePending, string(target.UID), p.Renewal, int(p.RenewInterval/time.Second)
-	r.Apply(next.Annotations)
-	if r.RenewInterval == 0 {
-		delete(next.Annotations, record.LeaseRenewInterval)
-	}
 	// A pending grant is vouched for by nothing: it is never published.
-	delete(next.Annotations, record.LeaseVouchedBy)
-	delete(next.Annotations, record.LeaseDuration)
+	r.VouchedBy, r.LeaseDuration = "", 0
+	r.Apply(next.Annotations)
 	return next
 }
 
@@ -85,15 +80,13 @@ func RenewWrite(l *coordinationv1.Lease, p Policy, now time.Time) *coordinationv
 // without a heartbeat) names none, and its Lease the lease duration.
 func Vouch(l *coordinationv1.Lease, p Policy) {
 	r := record.ParseLease(l.Annotations)
-	if p.Vouches() && renewal(r.Renewal) == RenewalOperator {
-		l.Annotations[record.LeaseVouchedBy] = p.Voucher
-		l.Annotations[record.LeaseDuration] = strconv.Itoa(int(p.LeaseDuration / time.Second))
-		l.Spec.LeaseDurationSeconds = ptr.To(int32((p.LeaseDuration + p.Refresh) / time.Second))
-		return
-	}
-	delete(l.Annotations, record.LeaseVouchedBy)
-	delete(l.Annotations, record.LeaseDuration)
+	r.VouchedBy, r.LeaseDuration = "", 0
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(p.LeaseDuration / time.Second))
+	if p.Vouches() && renewal(r.Renewal) == RenewalOperator {
+		r.VouchedBy, r.LeaseDuration = p.Voucher, int(p.LeaseDuration/time.Second)
+		l.Spec.LeaseDurationSeconds = ptr.To(int32((p.LeaseDuration + p.Refresh) / time.Second))
+	}
+	r.Apply(l.Annotations)
 }
 
 // RevokeWrite marks the grant as no longer renewed. It keeps the holder and
@@ -104,7 +97,9 @@ func RevokeWrite(l *coordinationv1.Lease, marks map[string]string) *coordination
 	for k, v := range marks {
 		next.Annotations[k] = v
 	}
-	next.Annotations[record.LeaseState] = StateRevoked
+	r := record.ParseLease(next.Annotations)
+	r.State = StateRevoked
+	r.Apply(next.Annotations)
 	return next
 }
 

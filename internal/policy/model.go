@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // Operations of a Request, as admission names them.
@@ -109,10 +110,10 @@ func (p Principals) leaseWriteAllowed(r Request) bool {
 // holderWrite: the pod the Lease names, as itself, changes nothing of the
 // grant but renewTime and the state annotation.
 func holderWrite(old, l *coordinationv1.Lease, podUID string) bool {
-	uid := old.Annotations[fencingv1alpha1.LeaseAnnotationHolderUID]
-	state := old.Annotations[fencingv1alpha1.LeaseAnnotationState]
+	rec := record.ParseLease(old.Annotations)
+	uid, state := rec.HolderUID, rec.State
 	o, n := old.Spec, l.Spec
-	return uid != "" && podUID == uid && (state == fencingv1alpha1.LeaseStateHeld || state == fencingv1alpha1.LeaseStateRevoked) &&
+	return uid != "" && podUID == uid && (state == record.StateHeld || state == record.StateRevoked) &&
 		reflect.DeepEqual(o.HolderIdentity, n.HolderIdentity) && reflect.DeepEqual(o.AcquireTime, n.AcquireTime) &&
 		reflect.DeepEqual(o.LeaseDurationSeconds, n.LeaseDurationSeconds) && reflect.DeepEqual(o.LeaseTransitions, n.LeaseTransitions) &&
 		reflect.DeepEqual(o.Strategy, n.Strategy) && reflect.DeepEqual(o.PreferredHolder, n.PreferredHolder) &&
@@ -122,14 +123,13 @@ func holderWrite(old, l *coordinationv1.Lease, podUID string) bool {
 
 func holderRenewal(old, l *coordinationv1.Lease, podUID string) bool {
 	return holderWrite(old, l, podUID) && maps.Equal(old.Annotations, l.Annotations) &&
-		old.Annotations[fencingv1alpha1.LeaseAnnotationState] == fencingv1alpha1.LeaseStateHeld &&
-		old.Annotations[fencingv1alpha1.LeaseAnnotationRenewal] == string(fencingv1alpha1.RenewalHolder)
+		record.ParseLease(old.Annotations).State == record.StateHeld && record.ParseLease(old.Annotations).HolderRenews()
 }
 
 func holderRelease(old, l *coordinationv1.Lease, podUID string) bool {
 	return holderWrite(old, l, podUID) && reflect.DeepEqual(old.Spec.RenewTime, l.Spec.RenewTime) &&
-		slices.Equal(changedAnnotations(old, l), []string{fencingv1alpha1.LeaseAnnotationState}) &&
-		l.Annotations[fencingv1alpha1.LeaseAnnotationState] == fencingv1alpha1.LeaseStateReleased
+		slices.Equal(changedAnnotations(old, l), []string{record.LeaseState}) &&
+		record.ParseLease(l.Annotations).State == record.StateReleased
 }
 
 // ownershipOnly: an update that changes nothing but owner references and

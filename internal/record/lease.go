@@ -58,28 +58,33 @@ func seconds(s string) int {
 }
 
 // Apply writes the record into a Lease's annotations, which must not be
-// nil: every field that is set, and none that is not (a record read from
-// annotations and applied to them changes nothing).
+// nil: every field that is set, and the key of every field that is not
+// removed, so the annotations then say exactly the record. Keys of no
+// field are left alone. What does not parse reads as unset (ParseLease),
+// so a record read and applied reads the same as before, and a writer
+// never sets or clears one of these keys by hand.
 func (l Lease) Apply(annotations map[string]string) {
 	set := func(k, v string) {
-		if v != "" {
-			annotations[k] = v
+		if v == "" {
+			delete(annotations, k)
+			return
 		}
+		annotations[k] = v
+	}
+	count := func(n int64) string {
+		if n <= 0 {
+			return ""
+		}
+		return strconv.FormatInt(n, 10)
 	}
 	set(LeaseState, l.State)
 	set(LeaseHolderUID, l.HolderUID)
-	if l.Fence > 0 {
-		annotations[AnnotationFence] = FormatFence(l.Fence)
-	}
+	set(AnnotationFence, count(l.Fence))
 	set(LeaseRenewal, l.Renewal)
-	if l.RenewInterval > 0 {
-		annotations[LeaseRenewInterval] = strconv.Itoa(l.RenewInterval)
-	}
+	set(LeaseRenewInterval, count(int64(l.RenewInterval)))
 	set(LeaseHandoff, l.Handoff)
 	set(LeaseVouchedBy, l.VouchedBy)
-	if l.LeaseDuration > 0 {
-		annotations[LeaseDuration] = strconv.Itoa(l.LeaseDuration)
-	}
+	set(LeaseDuration, count(int64(l.LeaseDuration)))
 }
 
 // Vouched says whether a heartbeat renews the grant (renewal Operator).

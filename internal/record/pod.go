@@ -61,3 +61,46 @@ func Published(annotations map[string]string) (lease string, fence int64) {
 // IsHolder says whether the pod is published as the holder: role holder
 // with a fence.
 func (p Pod) IsHolder() bool { return p.Role == RoleHolder && p.Fence != 0 }
+
+// PodAnnotations are the annotations of a pod that the operator writes.
+var PodAnnotations = []string{AnnotationFence, AnnotationRole, AnnotationLease, AnnotationGrant}
+
+// Apply writes the publication p into a pod's annotations, which must not
+// be nil: the FencedLease, the role and the fence ("" when 0: a standby),
+// and the grant the pod is marked for when it is not 0 (left as it is
+// otherwise). The token files are these annotations as written.
+func (p Pod) Apply(annotations map[string]string) {
+	annotations[AnnotationLease], annotations[AnnotationRole], annotations[AnnotationFence] = p.Lease, p.Role, ""
+	if p.Fence != 0 {
+		annotations[AnnotationFence] = FormatFence(p.Fence)
+	}
+	if p.Grant != 0 {
+		annotations[AnnotationGrant] = FormatFence(p.Grant)
+	}
+}
+
+// PodMergePatch is the metadata of a JSON merge patch that writes a pod's
+// part of one FencedLease: the label that makes it a candidate of lease
+// (labelled; nil removes it), and, when publish is set, the publication
+// (Pod.Apply). Without labelled, every annotation of PodAnnotations is
+// removed too.
+func PodMergePatch(lease string, labelled bool, publish *Pod) map[string]any {
+	if !labelled {
+		ann := map[string]any{}
+		for _, k := range PodAnnotations {
+			ann[k] = nil
+		}
+		return map[string]any{"labels": map[string]any{LabelLease: nil}, "annotations": ann}
+	}
+	md := map[string]any{"labels": map[string]any{LabelLease: lease}}
+	if publish != nil {
+		written := map[string]string{}
+		publish.Apply(written)
+		ann := map[string]any{}
+		for k, v := range written {
+			ann[k] = v
+		}
+		md["annotations"] = ann
+	}
+	return md
+}

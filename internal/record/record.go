@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"unicode"
+
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 )
 
 // The names of the records, as api/v1alpha1 documents them.
@@ -123,20 +125,47 @@ func FenceFromResourceVersion(rv string) (int64, error) {
 	return n, nil
 }
 
-// NewerVersion reports whether resourceVersion a is newer than b (etcd
-// revisions, decimal numbers); anything else that differs counts as newer.
-func NewerVersion(a, b string) bool {
-	x, errA := strconv.ParseUint(a, 10, 64)
-	y, errB := strconv.ParseUint(b, 10, 64)
-	if errA != nil || errB != nil {
-		return a != b
+// CompareVersions orders two resourceVersions as KEP-5504 defines them:
+// both are etcd revisions, decimal numbers without sign or leading zeros.
+// ok is false when either is not, and the two cannot be ordered. It is
+// the one comparison of resourceVersions in fencedlease: every other
+// reading of the order is one of the two below.
+func CompareVersions(a, b string) (cmp int, ok bool) {
+	cmp, err := resourceversion.CompareResourceVersion(a, b)
+	return cmp, err == nil
+}
+
+// Newer says whether resourceVersion a is known to be newer than b. Where
+// "newer" is trusted (a heartbeat renewed, the store gone back in time, a
+// write of this process ahead of its cache), a version that cannot be
+// ordered is not newer: nothing is trusted on a guess.
+func Newer(a, b string) bool {
+	cmp, ok := CompareVersions(a, b)
+	return ok && cmp > 0
+}
+
+// MaybeNewer says whether resourceVersion a may be newer than b: b is
+// empty (nothing seen yet), or a is neither b nor known to be older. Where
+// "newer" only makes a reader look (a Lease not to ignore, a cache that may
+// be ahead, a renewal that may restart a clock, which can only make the
+// operator wait longer), a version that cannot be ordered is looked at.
+func MaybeNewer(a, b string) bool {
+	if b == "" {
+		return true
 	}
-	return x > y
+	if a == b {
+		return false
+	}
+	cmp, ok := CompareVersions(a, b)
+	return !ok || cmp > 0
 }
 
 // BeatsOf reads the heartbeat Lease's count of renewals (HeartbeatBeats):
 // anything that does not parse counts as none, 0.
 func BeatsOf(annotations map[string]string) int64 { return FenceOf(annotations[HeartbeatBeats]) }
 
-// FormatBeats writes the heartbeat Lease's count of renewals.
-func FormatBeats(n int64) string { return strconv.FormatInt(n, 10) }
+// WriteBeats writes the heartbeat Lease's count of renewals into its
+// annotations.
+func WriteBeats(annotations map[string]string, n int64) {
+	annotations[HeartbeatBeats] = strconv.FormatInt(n, 10)
+}

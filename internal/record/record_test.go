@@ -1,6 +1,7 @@
 package record_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -72,6 +73,13 @@ func TestLeaseRecord(t *testing.T) {
 	l.Apply(back)
 	g.Expect(back).To(Equal(ann), "a record applied writes what it was read from")
 
+	// Applied over annotations that say more, it removes what it does not
+	// say, and what did not parse: the annotations then read as the record.
+	over := map[string]string{"fencedlease.io/vouched-by": "hb", "fencedlease.io/lease-duration": "15",
+		"fencedlease.io/fence": "042", "other": "x"}
+	record.Lease{State: "revoked", HolderUID: "u1"}.Apply(over)
+	g.Expect(over).To(Equal(map[string]string{"fencedlease.io/state": "revoked", "fencedlease.io/holder-uid": "u1", "other": "x"}))
+
 	g.Expect(record.ParseLease(map[string]string{"fencedlease.io/fence": "042", "fencedlease.io/renew-interval": "-3"})).
 		To(Equal(record.Lease{}), "what does not parse counts as none")
 	g.Expect(record.Lease{State: "pending", HolderUID: "u1", Fence: 42}.Held()).To(BeFalse())
@@ -100,8 +108,10 @@ func TestPodRecord(t *testing.T) {
 
 func TestBeatsRoundTrip(t *testing.T) {
 	for _, n := range []int64{0, 1, 42, 1 << 40} {
-		if got := record.BeatsOf(map[string]string{record.HeartbeatBeats: record.FormatBeats(n)}); got != n {
-			t.Errorf("BeatsOf(FormatBeats(%d)) = %d", n, got)
+		ann := map[string]string{}
+		record.WriteBeats(ann, n)
+		if got := record.BeatsOf(ann); got != n {
+			t.Errorf("BeatsOf after WriteBeats(%d) = %d", n, got)
 		}
 	}
 	for _, bad := range []string{"", "x", "-3", "007"} {
@@ -109,4 +119,30 @@ func TestBeatsRoundTrip(t *testing.T) {
 			t.Errorf("BeatsOf(%q) = %d, want 0 for a count that does not parse", bad, got)
 		}
 	}
+}
+
+// TestPodWrites holds the write side of a pod's record: each merge patch as
+// it reaches the API server, and a publication read back as written.
+func TestPodWrites(t *testing.T) {
+	g := NewWithT(t)
+	patch := func(md map[string]any) string {
+		data, err := json.Marshal(map[string]any{"metadata": md})
+		g.Expect(err).NotTo(HaveOccurred())
+		return string(data)
+	}
+	g.Expect(patch(record.PodMergePatch("db", true, nil))).To(Equal(`{"metadata":{"labels":{"fencedlease.io/lease":"db"}}}`))
+	g.Expect(patch(record.PodMergePatch("db", true, &record.Pod{Lease: "db", Role: "standby"}))).To(Equal(
+		`{"metadata":{"annotations":{"fencedlease.io/fence":"","fencedlease.io/lease":"db","fencedlease.io/role":"standby"},"labels":{"fencedlease.io/lease":"db"}}}`))
+	g.Expect(patch(record.PodMergePatch("db", true, &record.Pod{Lease: "db", Role: "holder", Fence: 7, Grant: 7}))).To(Equal(
+		`{"metadata":{"annotations":{"fencedlease.io/fence":"7","fencedlease.io/grant":"7","fencedlease.io/lease":"db","fencedlease.io/role":"holder"},"labels":{"fencedlease.io/lease":"db"}}}`))
+	g.Expect(patch(record.PodMergePatch("db", false, nil))).To(Equal(
+		`{"metadata":{"annotations":{"fencedlease.io/fence":null,"fencedlease.io/grant":null,"fencedlease.io/lease":null,"fencedlease.io/role":null},"labels":{"fencedlease.io/lease":null}}}`))
+
+	labels, ann := map[string]string{record.LabelLease: "db"}, map[string]string{}
+	written := record.Pod{Labelled: true, Lease: "db", Role: "holder", Fence: 42, Grant: 42}
+	written.Apply(ann)
+	g.Expect(record.ParsePod(labels, ann, "db")).To(Equal(written), "a publication reads back as written")
+	record.Pod{Lease: "db", Role: "standby"}.Apply(ann)
+	g.Expect(record.ParsePod(labels, ann, "db")).To(Equal(record.Pod{Labelled: true, Lease: "db", Role: "standby", Grant: 42}),
+		"a standby's publication clears the fence and keeps the grant it was marked for")
 }

@@ -37,9 +37,7 @@ func (w *world) editorTampers() (bool, error) {
 		if next.Annotations == nil {
 			next.Annotations = map[string]string{}
 		}
-		next.Annotations[fencingv1alpha1.AnnotationRole] = fencingv1alpha1.RoleHolder
-		next.Annotations[fencingv1alpha1.AnnotationFence] = record.FormatFence(w.sim.store.rev + 1000)
-		next.Annotations[fencingv1alpha1.AnnotationLease] = "db"
+		record.Pod{Lease: "db", Role: record.RoleHolder, Fence: w.sim.store.rev + 1000}.Apply(next.Annotations)
 		req, obj = policy.Request{Resource: policy.Pods, Operation: policy.Update, Old: pod, New: next}, next
 	case 1:
 		l := &coordinationv1.Lease{}

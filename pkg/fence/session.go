@@ -413,7 +413,7 @@ func renewInterval(l *lease) time.Duration {
 
 // see takes in a newer version of the Lease; s.mu must be held.
 func (s *Session) see(l *lease) {
-	if s.lease != nil && !record.NewerVersion(l.Metadata.ResourceVersion, s.lease.Metadata.ResourceVersion) {
+	if s.lease != nil && !record.MaybeNewer(l.Metadata.ResourceVersion, s.lease.Metadata.ResourceVersion) {
 		return
 	}
 	s.lease = l
