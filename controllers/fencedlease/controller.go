@@ -185,7 +185,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 // reconcileGone clears, for a FencedLease that is gone, what a replica that
 // had not seen the deletion may have written after the finalizer cleared it.
 func (r *Reconciler) reconcileGone(ctx context.Context, key types.NamespacedName) error {
-	r.mem.forget(key)
+	r.forget(key)
 	released, err := r.releaseOrphan(ctx, key)
 	if err != nil {
 		return err

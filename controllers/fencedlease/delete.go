@@ -46,7 +46,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, fl *fencingv1alpha1.Fe
 	if err := r.clearPods(ctx, true, fl.Namespace, fl.Name, fl.UID); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.mem.forget(key)
+	r.forget(key)
 	// On this FencedLease only: a replica whose cache lags could be deleting
 	// one that is gone, and the name may stand for a new one now.
 	return ctrl.Result{}, r.removeFinalizer(ctx, "FencedLease", fl, fencingv1alpha1.Finalizer)

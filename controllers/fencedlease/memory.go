@@ -92,8 +92,16 @@ func (m *memories) with(key types.NamespacedName, f func(*memory)) {
 	f(m.get(key))
 }
 
-// forget forgets everything of key, its metric series with it: the
-// FencedLease is gone. It is the one place a memory ends.
+// forget forgets everything this process keeps of key: its memory (with
+// its metric series and its looks in a row) and its turn for a first
+// grant. The FencedLease is gone; this is the one place that ends them.
+func (r *Reconciler) forget(key types.NamespacedName) {
+	r.mem.forget(key)
+	r.pace.forget(key)
+}
+
+// forget forgets the memory of key, its metric series with it (see
+// Reconciler.forget).
 func (m *memories) forget(key types.NamespacedName) {
 	m.mu.Lock()
 	delete(m.byKey, key)

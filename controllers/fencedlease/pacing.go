@@ -68,6 +68,10 @@ func (p *pacer) admit(s *scope, l holder.Lease, policy holder.Policy, now time.T
 	}
 }
 
+// forget forgets the turn the FencedLease key was given, if any: it is
+// gone.
+func (p *pacer) forget(key types.NamespacedName) { p.pace.Forget(key.String()) }
+
 // retry is how long the FencedLease key, whose first grant was not admitted
 // at now, waits before it looks again: its turn in the budget, or longest
 // while admission is closed (pace.Retry).

@@ -172,6 +172,15 @@ func (p *Pace) Retry(key string, now time.Time, longest time.Duration) time.Dura
 	return at.Sub(now)
 }
 
+// Forget forgets the turn given to the FencedLease key, if any: it is
+// gone. Its place in the order is not given back (the turns after it keep
+// theirs), only the entry, which would otherwise stay until its time came.
+func (p *Pace) Forget(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.admission.turns, key)
+}
+
 // forgetTurnsBefore forgets the turns that came before now, at most once a
 // second: the FencedLeases came back (admitted, refused again, or gone).
 func (a *admission) forgetTurnsBefore(now time.Time) {

@@ -273,3 +273,23 @@ func (q *lookQueue) Pop() any {
 	*q = old[:len(old)-1]
 	return l
 }
+
+// TestAForgottenFencedLeaseKeepsNoTurn: a FencedLease that waits for its
+// turn and is then deleted leaves no entry behind; looked at again (a new
+// one of the same name), it is given a turn of its own after the ones
+// given since, not the one it had.
+func TestAForgottenFencedLeaseKeepsNoTurn(t *testing.T) {
+	p, now, lease := New(32), time.Unix(1000, 0), 15*time.Second
+	admitted(p, now, 100)
+	first := p.Retry("db", now, lease)
+	if again := p.Retry("db", now, lease); again != first {
+		t.Fatalf("looked at again before its turn: %v, want its turn %v", again, first)
+	}
+	p.Forget("db")
+	if len(p.admission.turns) != 0 {
+		t.Fatalf("turns after Forget: %v", p.admission.turns)
+	}
+	if next := p.Retry("db", now, lease); next <= first {
+		t.Fatalf("after Forget: turn %v, want one after the forgotten %v", next, first)
+	}
+}
