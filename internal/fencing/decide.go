@@ -1,10 +1,11 @@
 package fencing
 
 import (
+	"errors"
 	"fmt"
-	"strings"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/fieldmanager"
 	"github.com/fencedlease/fencedlease/internal/record"
 )
 
@@ -106,11 +107,10 @@ func precheckSubResource(r Request, d Decision, m messages) (Decision, bool) {
 			return deny(d, ReasonSubresourceMetadata, m.subresourceFenceChanged(was, had, is, has)), true
 		}
 	}
-	i := strings.LastIndex(r.FieldManager, fencingv1alpha1.FieldManagerFence)
-	if i < 0 {
+	_, n, err := fieldmanager.Parse(r.FieldManager)
+	if errors.Is(err, fieldmanager.ErrNoFence) {
 		return deny(d, ReasonMissingFence, m.missingFieldManagerFence()), true
 	}
-	n, err := record.ParseFence(r.FieldManager[i+len(fencingv1alpha1.FieldManagerFence):])
 	if err != nil {
 		return deny(d, ReasonMalformedFence, m.malformedFieldManagerFence(err)), true
 	}
@@ -295,7 +295,7 @@ func (m messages) missingFence() string {
 // and says where a subresource write carries its fence.
 func (m messages) missingFieldManagerFence() string {
 	return fmt.Sprintf("%s: no %s annotation: a %s write cannot carry one on the object: it carries its fence in its field manager (<manager>%s<N>); only the holder of FencedLease %q may write this object, with its fence",
-		m.rejected(), fencingv1alpha1.AnnotationFence, m.r.SubResource, fencingv1alpha1.FieldManagerFence, m.lease)
+		m.rejected(), fencingv1alpha1.AnnotationFence, m.r.SubResource, fieldmanager.Fence, m.lease)
 }
 
 func (m messages) subresourceFenceChanged(was string, had bool, is string, has bool) string {
@@ -314,7 +314,7 @@ func (m messages) malformedFence(err error) string {
 }
 
 func (m messages) malformedFieldManagerFence(err error) string {
-	return fmt.Sprintf("%s: the fence in the field manager (%s<N>): %v", m.rejected(), fencingv1alpha1.FieldManagerFence, err)
+	return fmt.Sprintf("%s: the fence in the field manager (%s<N>): %v", m.rejected(), fieldmanager.Fence, err)
 }
 
 func (m messages) objectRegression(stored int64) string {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/fieldmanager"
 	"github.com/fencedlease/fencedlease/internal/record"
 )
 
@@ -269,7 +270,7 @@ func (r *request) admission(old, obj *corev1.ConfigMap) admission.Request {
 	sub, options := "", runtime.RawExtension{}
 	if r.status {
 		sub = "status"
-		options.Raw = []byte(fmt.Sprintf(`{"fieldManager":%q}`, "worker"+fencingv1alpha1.FieldManagerFence+record.FormatFence(r.fence)))
+		options.Raw = []byte(fmt.Sprintf(`{"fieldManager":%q}`, fieldmanager.Format("worker", r.fence)))
 	}
 	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
 		UID:         types.UID("req-" + r.pod + "-" + r.name),

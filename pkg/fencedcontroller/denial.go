@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/fencedlease/fencedlease/internal/fieldmanager"
 	"github.com/fencedlease/fencedlease/pkg/fence"
 )
 
@@ -150,10 +151,6 @@ func conflictManager(msg string) (string, bool) {
 // ownedUnderAnotherFence says whether manager is base with a fence other
 // than current.
 func ownedUnderAnotherFence(manager, base string, current int64) bool {
-	b, f, ok := strings.Cut(manager, FieldManagerFence)
-	if !ok || b != base {
-		return false
-	}
-	n, err := strconv.ParseInt(f, 10, 64)
-	return err == nil && n > 0 && n != current
+	b, n, err := fieldmanager.Parse(manager)
+	return err == nil && b == base && n != current
 }

@@ -2,11 +2,11 @@ package fencedcontroller
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/fencedlease/fencedlease/internal/fieldmanager"
 )
 
 // FieldManagerFence is what joins a field manager and a fence in the field
@@ -17,7 +17,7 @@ import (
 // carries a Scale, not the object; the field manager is the one part of
 // such a request, besides the body, that the caller chooses and the
 // webhook sees.
-const FieldManagerFence = ";fencedlease.io/fence="
+const FieldManagerFence = fieldmanager.Fence
 
 // FieldManager returns the field manager that carries the fence on a
 // subresource write: manager, without any fence it already carried,
@@ -28,11 +28,11 @@ func FieldManager(manager string, fenceValue int64) (string, error) {
 	if fenceValue <= 0 {
 		return "", fmt.Errorf("field manager %q: fence %d is not a valid fence", manager, fenceValue)
 	}
-	base, _, _ := strings.Cut(manager, FieldManagerFence)
+	fm := fieldmanager.Format(manager, fenceValue)
+	base, _, _ := fieldmanager.Parse(fm)
 	if base == "" {
 		return "", fmt.Errorf("no field manager to carry fence %d: set one (ClientOptions.FieldManager, or client.FieldOwner on the write)", fenceValue)
 	}
-	fm := base + FieldManagerFence + strconv.FormatInt(fenceValue, 10)
 	if errs := metav1validation.ValidateFieldManager(fm, field.NewPath("fieldManager")); len(errs) > 0 {
 		return "", fmt.Errorf("field manager %q cannot carry fence %d: %w", base, fenceValue, errs.ToAggregate())
 	}

@@ -3,11 +3,11 @@ package fencedcontroller
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/fencedlease/fencedlease/internal/fieldmanager"
 	"github.com/fencedlease/fencedlease/pkg/fence"
 )
 
@@ -115,7 +115,7 @@ func (s *subResourceClient) Apply(ctx context.Context, obj runtime.ApplyConfigur
 		if fenceValue == 0 {
 			return send(false)
 		}
-		base, _, _ := strings.Cut(fm, FieldManagerFence)
+		base, _, _ := fieldmanager.Parse(fm)
 		return s.c.applyOwning(fence.Grant{Fence: fenceValue}, base, send)
 	})
 }

@@ -18,6 +18,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/coverage"
+	"github.com/fencedlease/fencedlease/internal/fieldmanager"
 )
 
 // The status attack: every lease also protects a Service, whose status
@@ -91,7 +92,7 @@ func (p *process) statusAttack(ctx context.Context, fence int64, src Source) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
 	err := p.c.Status().Patch(wctx, svc, client.RawPatch(types.MergePatchType, []byte(patch)),
-		client.FieldOwner(fmt.Sprintf("worker%s%d", fencingv1alpha1.FieldManagerFence, fence)))
+		client.FieldOwner(fieldmanager.Format("worker", fence)))
 	outcome, reason := Classify(err)
 	p.w.rec.StatusAttempt(StatusAttempt{Process: p.name, Lease: p.lease.Name, Fence: fence, Source: src, Change: change, Outcome: outcome, Reason: reason})
 }

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/fieldmanager"
 	"github.com/fencedlease/fencedlease/pkg/fence"
 	"github.com/fencedlease/fencedlease/pkg/fencedcontroller"
 	"github.com/fencedlease/fencedlease/test/testenv"
@@ -218,7 +219,7 @@ func TestStatusApplyAcrossGrants(t *testing.T) {
 			managers = append(managers, mf.Manager)
 		}
 	}
-	f.g.Expect(managers).To(ContainElement("widget-controller" + fencedcontroller.FieldManagerFence + strconv.FormatInt(fb, 10)))
+	f.g.Expect(managers).To(ContainElement(fieldmanager.Format("widget-controller", fb)))
 
 	f.g.Expect(cb.Patch(f.ctx, &examplesv1alpha1.Widget{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "w0"}},
 		client.RawPatch(types.MergePatchType, []byte(`{"spec":{"message":"patched by b"}}`)))).To(Succeed())

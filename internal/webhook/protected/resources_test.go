@@ -19,6 +19,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/coverage"
+	"github.com/fencedlease/fencedlease/internal/fieldmanager"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
@@ -52,10 +53,6 @@ func (f *fixture) writeStatus(c client.Client, name string, observed int64, fiel
 	return c.Status().Update(f.ctx, u, client.FieldOwner(fieldManager))
 }
 
-func withFence(manager string, fence int64) string {
-	return fmt.Sprintf("%s%s%d", manager, fencingv1alpha1.FieldManagerFence, fence)
-}
-
 // TestCustomResourceAndItsStatus: a custom resource listed in the fencing
 // webhook's configuration is protected as ConfigMaps are: the holder writes
 // it with its fence, nobody else writes or deletes it. Its status, whose
@@ -76,23 +73,23 @@ func TestCustomResourceAndItsStatus(t *testing.T) {
 
 	// The status: with the fence in the field manager, and without.
 	noFence := obj + ` (status): write rejected: no fencedlease.io/fence annotation: a status write cannot carry one on the object: it carries its fence in its field manager (<manager>;fencedlease.io/fence=<N>); only the holder of FencedLease "db" may write this object, with its fence`
-	f.g.Expect(f.writeStatus(asA, "w", 1, withFence("widget-controller", n))).To(Succeed())
-	f.g.Expect(f.writeStatus(asA, "w", 2, withFence("widget-controller", n))).To(Succeed())
+	f.g.Expect(f.writeStatus(asA, "w", 1, fieldmanager.Format("widget-controller", n))).To(Succeed())
+	f.g.Expect(f.writeStatus(asA, "w", 2, fieldmanager.Format("widget-controller", n))).To(Succeed())
 	f.expectDenied(f.writeStatus(asA, "w", 3, "widget-controller"), noFence)
 	f.expectDenied(f.writeStatus(asB, "w", 3, "widget-controller"), noFence)
-	f.expectDenied(f.writeStatus(asB, "w", 3, withFence("widget-controller", n)),
+	f.expectDenied(f.writeStatus(asB, "w", 3, fieldmanager.Format("widget-controller", n)),
 		fmt.Sprintf(`%s (status): write with fence %d rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence %d)`, obj, n, n))
-	f.expectDenied(f.writeStatus(asA, "w", 3, withFence("widget-controller", n+100)),
+	f.expectDenied(f.writeStatus(asA, "w", 3, fieldmanager.Format("widget-controller", n+100)),
 		fmt.Sprintf(`%s (status): write with fence %d rejected: unknown fence: FencedLease "db" is at fence %d`, obj, n+100, n))
 	f.expectDenied(f.writeStatus(asA, "w", 3, "widget-controller;fencedlease.io/fence=0042"),
 		`Widget `+f.ns+`/w (status): write rejected: the fence in the field manager (;fencedlease.io/fence=<N>): invalid fence "0042": leading zero`)
-	f.expectDenied(f.writeStatus(f.user("mallory"), "w", 3, withFence("kubectl", n)),
+	f.expectDenied(f.writeStatus(f.user("mallory"), "w", 3, fieldmanager.Format("kubectl", n)),
 		fmt.Sprintf(`%s (status): write with fence %d rejected: user "mallory" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`, obj, n))
 
 	// b takes over: a's writes, with its fence or none, are refused; b's are not.
 	f.g.Expect(testenv.SetContainersNotReady(f.ctx, f.c, a)).To(Succeed())
 	m := f.waitHolder("db", "b", n)
-	f.expectDenied(f.writeStatus(asA, "w", 4, withFence("widget-controller", n)),
+	f.expectDenied(f.writeStatus(asA, "w", 4, fieldmanager.Format("widget-controller", n)),
 		fmt.Sprintf(`%s (status): write with fence %d rejected: stale holder: FencedLease "db" is at fence %d`, obj, n, m))
 	f.expectDenied(f.writeStatus(asA, "w", 4, "widget-controller"), noFence)
 	u := f.getWidget("w")
@@ -101,7 +98,7 @@ func TestCustomResourceAndItsStatus(t *testing.T) {
 	f.expectDenied(asA.Update(f.ctx, u), fmt.Sprintf(`%s: write with fence %d rejected: stale holder: FencedLease "db" is at fence %d`, obj, n, m))
 	f.expectDenied(asA.Delete(f.ctx, f.widget("w", "db", "", 0)),
 		fmt.Sprintf(`%s: delete rejected: pod a is not the holder of FencedLease "db" (holder: pod b, fence %d)`, obj, m))
-	f.g.Expect(f.writeStatus(asB, "w", 5, withFence("widget-controller", m))).To(Succeed())
+	f.g.Expect(f.writeStatus(asB, "w", 5, fieldmanager.Format("widget-controller", m))).To(Succeed())
 	u = f.getWidget("w")
 	u.SetAnnotations(map[string]string{fencingv1alpha1.AnnotationFence: fenceOf(m)})
 	f.g.Expect(asB.Update(f.ctx, u)).To(Succeed())
@@ -134,12 +131,12 @@ func TestScale(t *testing.T) {
 
 	expectDenied(f.scaleTo(asA, protected, 2, "autoscaler"),
 		obj+`: write rejected: no fencedlease.io/fence annotation: a scale write cannot carry one on the object: it carries its fence in its field manager (<manager>;fencedlease.io/fence=<N>); only the holder of FencedLease "db" may write this object, with its fence`)
-	f.g.Expect(f.scaleTo(asA, protected, 3, withFence("autoscaler", n))).To(Succeed())
-	expectDenied(f.scaleTo(asB, protected, 4, withFence("autoscaler", n)),
+	f.g.Expect(f.scaleTo(asA, protected, 3, fieldmanager.Format("autoscaler", n))).To(Succeed())
+	expectDenied(f.scaleTo(asB, protected, 4, fieldmanager.Format("autoscaler", n)),
 		fmt.Sprintf(`%s: write with fence %d rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence %d)`, obj, n, n))
-	expectDenied(f.scaleTo(f.user("mallory"), protected, 4, withFence("kubectl", n)),
+	expectDenied(f.scaleTo(f.user("mallory"), protected, 4, fieldmanager.Format("kubectl", n)),
 		fmt.Sprintf(`%s: write with fence %d rejected: user "mallory" is not a pod: only the holder pod of FencedLease "db" may write this object (a fence is no proof of identity)`, obj, n))
-	expectDenied(f.scaleTo(asA, protected, 4, withFence("autoscaler", n-1)),
+	expectDenied(f.scaleTo(asA, protected, 4, fieldmanager.Format("autoscaler", n-1)),
 		fmt.Sprintf(`%s: write with fence %d rejected: stale holder: FencedLease "db" is at fence %d`, obj, n-1, n))
 	got := &appsv1.Deployment{}
 	f.g.Expect(f.c.Get(f.ctx, client.ObjectKeyFromObject(protected), got)).To(Succeed())
@@ -152,8 +149,8 @@ func TestScale(t *testing.T) {
 	// A Widget's scale is protected the same way.
 	f.g.Expect(asA.Create(f.ctx, f.widget("w", "db", fenceOf(n), 1))).To(Succeed())
 	w := f.widget("w", "db", "", 0)
-	f.g.Expect(f.scaleTo(asA, w, 2, withFence("autoscaler", n))).To(Succeed())
-	expectDenied(f.scaleTo(asB, w, 3, withFence("autoscaler", n)),
+	f.g.Expect(f.scaleTo(asA, w, 2, fieldmanager.Format("autoscaler", n))).To(Succeed())
+	expectDenied(f.scaleTo(asB, w, 3, fieldmanager.Format("autoscaler", n)),
 		fmt.Sprintf(`Widget %s/w (scale): write with fence %d rejected: pod b is not the holder of FencedLease "db" (holder: pod a, fence %d)`, f.ns, n, n))
 }
 

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/fieldmanager"
 	"github.com/fencedlease/fencedlease/internal/setup"
 	"github.com/fencedlease/fencedlease/internal/webhook/scaleguard"
 	"github.com/fencedlease/fencedlease/test/testenv"
@@ -55,10 +56,10 @@ func TestScaleWithTheOperatorDown(t *testing.T) {
 	// With the operator up, the unguarded Deployment is scaled without the
 	// webhook, the guarded one through it.
 	f.g.Expect(f.scaleTo(f.user("mallory"), free, 2, "kubectl")).To(Succeed())
-	f.g.Expect(f.scaleTo(asA, web, 2, withFence("autoscaler", n))).To(Succeed())
+	f.g.Expect(f.scaleTo(asA, web, 2, fieldmanager.Format("autoscaler", n))).To(Succeed())
 
 	f.g.Expect(op.Stop()).To(Succeed())
-	f.g.Eventually(func() error { return f.scaleTo(asA, web, 3, withFence("autoscaler", n)) }).WithTimeout(timeout).
+	f.g.Eventually(func() error { return f.scaleTo(asA, web, 3, fieldmanager.Format("autoscaler", n)) }).WithTimeout(timeout).
 		Should(MatchError(ContainSubstring(`failed calling webhook "protected-scale.fencedlease.io"`)))
 	f.g.Expect(f.scaleTo(f.user("mallory"), free, 4, "kubectl")).To(Succeed(), "an unprotected Deployment is scaled with the operator down")
 	got := &appsv1.Deployment{}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/fieldmanager"
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
@@ -67,7 +68,7 @@ func TestStaleHolderCannotUnprotectThroughStatus(t *testing.T) {
 	f.g.Expect(asB.Update(f.ctx, sts)).To(Succeed())
 
 	obj := "StatefulSet " + f.ns + "/db (status)"
-	f.expectDenied(writeStatusOf(f, asA, sts, withFence("sts-controller", n), unlabel),
+	f.expectDenied(writeStatusOf(f, asA, sts, fieldmanager.Format("sts-controller", n), unlabel),
 		fmt.Sprintf(`%s: write rejected: label fencedlease.io/protected-by=db cannot be removed (only the operator or a break-glass user can)`, obj))
 	f.expectDenied(writeStatusOf(f, asA, sts, "sts-controller", unlabel),
 		fmt.Sprintf(`%s: write rejected: label fencedlease.io/protected-by=db cannot be removed (only the operator or a break-glass user can)`, obj))
@@ -100,14 +101,14 @@ func TestStandbyCannotMoveTheFenceThroughStatus(t *testing.T) {
 	obj := "Deployment " + f.ns + "/web (status)"
 	move := fmt.Sprintf(`a status write cannot change annotation fencedlease.io/fence (from "%d" to "%d"): only a write of the object itself moves the stored fence`, n, int64(math.MaxInt64))
 	f.expectDenied(writeStatusOf(f, asB, d, "standby", huge), fmt.Sprintf(`%s: write rejected: %s`, obj, move))
-	f.expectDenied(writeStatusOf(f, asB, d, withFence("standby", n), huge), fmt.Sprintf(`%s: write rejected: %s`, obj, move))
-	f.expectDenied(writeStatusOf(f, asA, d, withFence("web-controller", n), huge), fmt.Sprintf(`%s: write rejected: %s`, obj, move))
+	f.expectDenied(writeStatusOf(f, asB, d, fieldmanager.Format("standby", n), huge), fmt.Sprintf(`%s: write rejected: %s`, obj, move))
+	f.expectDenied(writeStatusOf(f, asA, d, fieldmanager.Format("web-controller", n), huge), fmt.Sprintf(`%s: write rejected: %s`, obj, move))
 	f.expectDenied(writeStatusOf(f, f.user("mallory"), d, "kubectl", huge), fmt.Sprintf(`%s: write rejected: %s`, obj, move))
 
 	f.g.Expect(f.c.Get(f.ctx, client.ObjectKeyFromObject(d), d)).To(Succeed())
 	f.g.Expect(d.Annotations).To(HaveKeyWithValue(fencingv1alpha1.AnnotationFence, fenceOf(n)))
 	// The holder's status write with its fence, changing no fence, passes.
-	f.g.Expect(writeStatusOf(f, asA, d, withFence("web-controller", n), func(o *appsv1.Deployment) { o.Status.ObservedGeneration = 7 })).To(Succeed())
+	f.g.Expect(writeStatusOf(f, asA, d, fieldmanager.Format("web-controller", n), func(o *appsv1.Deployment) { o.Status.ObservedGeneration = 7 })).To(Succeed())
 	d.Spec.Replicas = ptr.To[int32](3)
 	f.g.Expect(asA.Update(f.ctx, d)).To(Succeed())
 	f.g.Expect(asA.Delete(f.ctx, d)).To(Succeed())
@@ -130,7 +131,7 @@ func TestHolderIdentityStatusWriteNeedsItsFence(t *testing.T) {
 		fmt.Sprintf(`%s: write rejected: label fencedlease.io/protected-by=db cannot be removed (only the operator or a break-glass user can)`, obj))
 	f.expectDenied(writeStatusOf(f, asA, sts, "sts-controller", func(o *appsv1.StatefulSet) { o.Status.Replicas = 1 }),
 		fmt.Sprintf(`%s: write rejected: no fencedlease.io/fence annotation: a status write cannot carry one on the object: it carries its fence in its field manager (<manager>;fencedlease.io/fence=<N>); only the holder of FencedLease "db" may write this object, with its fence`, obj))
-	f.g.Expect(writeStatusOf(f, asA, sts, withFence("sts-controller", n), func(o *appsv1.StatefulSet) { o.Status.Replicas = 1 })).To(Succeed())
+	f.g.Expect(writeStatusOf(f, asA, sts, fieldmanager.Format("sts-controller", n), func(o *appsv1.StatefulSet) { o.Status.Replicas = 1 })).To(Succeed())
 
 	f.g.Expect(f.c.Get(f.ctx, client.ObjectKeyFromObject(sts), sts)).To(Succeed())
 	f.g.Expect(sts.Labels).To(HaveKeyWithValue(fencingv1alpha1.LabelProtectedBy, "db"))
