@@ -23,29 +23,53 @@ import (
 // describe tells the story of one FencedLease: its grant, its timing, its
 // conditions and its candidate pods.
 func describe(ctx context.Context, c client.Client, o options, out io.Writer, name string) error {
+	d, err := fetchDescribed(ctx, c, types.NamespacedName{Namespace: o.namespace, Name: name})
+	if err != nil {
+		return err
+	}
+	return printDescribed(out, d, o.now())
+}
+
+// described is what describe shows: a FencedLease, its Lease (nil when it
+// cannot be read) and its candidate pods.
+type described struct {
+	fl    *fencingv1alpha1.FencedLease
+	lease *coordinationv1.Lease
+	pods  []corev1.Pod
+}
+
+// fetchDescribed reads the FencedLease key names, its Lease and its
+// candidate pods.
+func fetchDescribed(ctx context.Context, c client.Client, key types.NamespacedName) (described, error) {
 	fl := &fencingv1alpha1.FencedLease{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: o.namespace, Name: name}, fl); err != nil {
+	if err := c.Get(ctx, key, fl); err != nil {
 		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("FencedLease %s/%s not found", o.namespace, name)
+			return described{}, fmt.Errorf("FencedLease %s not found", key)
 		}
-		return fmt.Errorf("get FencedLease %s/%s: %w", o.namespace, name, err)
+		return described{}, fmt.Errorf("get FencedLease %s: %w", key, err)
 	}
 	l := &coordinationv1.Lease{}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(fl), l); err != nil {
+	if err := c.Get(ctx, key, l); err != nil {
 		l = nil // not readable: the status alone
 	}
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, client.InNamespace(key.Namespace), client.MatchingLabels{fencingv1alpha1.LabelLease: key.Name}); err != nil {
+		return described{}, fmt.Errorf("list the candidate pods of FencedLease %s: %w", key, err)
+	}
+	return described{fl: fl, lease: l, pods: pods.Items}, nil
+}
+
+// printDescribed writes d as of now: the grant, the spec and the
+// conditions aligned in two columns, then the table of candidates.
+func printDescribed(out io.Writer, d described, now time.Time) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	describeGrant(w, fl, l, o.now())
-	describeSpec(w, fl)
-	describeConditions(w, fl)
+	describeGrant(w, d.fl, d.lease, now)
+	describeSpec(w, d.fl)
+	describeConditions(w, d.fl)
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	var pods corev1.PodList
-	if err := c.List(ctx, &pods, client.InNamespace(fl.Namespace), client.MatchingLabels{fencingv1alpha1.LabelLease: fl.Name}); err != nil {
-		return fmt.Errorf("list the candidate pods of FencedLease %s/%s: %w", fl.Namespace, fl.Name, err)
-	}
-	return describeCandidates(out, fl, pods.Items)
+	return describeCandidates(out, d.fl, d.pods)
 }
 
 // describeGrant writes the holder, when the grant expires and what became
