@@ -115,6 +115,11 @@ func config(seed int64) sim.Config {
 	}
 }
 
+// coverageSeeds is how many schedules a run needs before it is asked to
+// have explored enough (go test -short runs as many): fewer seeds cannot
+// be expected to meet every one of TestSimulation's thresholds.
+const coverageSeeds = 50
+
 // TestSimulation runs many seeded schedules of two or three operator
 // replicas against the simulated API server with lagging caches, lost
 // replies, pauses, crashes and a changing world, and checks the invariants
@@ -160,10 +165,15 @@ func TestSimulation(t *testing.T) {
 				seed, strings.Join(res.Violations, "\n"), seed, tail(replay.Trace, 80))
 		}
 	}
-	t.Logf("%d schedules: %+v", n, total)
 	if os.Getenv("SIM_SEED") != "" {
 		// A replay of one seed reproduces that seed; what a whole run must
 		// explore is not asked of it.
+		t.Logf("replayed seed %d: %+v", first, total)
+		return
+	}
+	t.Logf("%d schedules, seeds %d to %d: %+v", n, first, first+int64(n)-1, total)
+	if n < coverageSeeds {
+		t.Logf("%d schedules are too few to be asked what a run must explore (%d at least)", n, coverageSeeds)
 		return
 	}
 	// A simulation that never grants or publishes, never decides a stale
