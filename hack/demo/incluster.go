@@ -137,21 +137,3 @@ func lastLine(log string) string {
 	lines := strings.Split(strings.TrimSpace(log), "\n")
 	return lines[len(lines)-1]
 }
-
-// waitNodeReady waits until node is Ready.
-func (d *demo) waitNodeReady(node string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		n := &corev1.Node{}
-		if err := d.c.Get(d.ctx, client.ObjectKey{Name: node}, n); err != nil {
-			return err
-		}
-		if cluster.NodeReady(n) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("node %s is not Ready %s after its kubelet resumed", node, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}

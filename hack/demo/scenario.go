@@ -249,7 +249,7 @@ func (d *demo) failNode(holder *corev1.Pod, fence int64) (*corev1.Pod, int64, er
 	if err := d.cl.StopKubelet(node); err != nil {
 		return nil, 0, err
 	}
-	lostAt, err := d.waitNodeLost(node, 2*time.Minute)
+	lostAt, err := d.waitNode(node, false, 2*time.Minute)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -286,7 +286,7 @@ func (d *demo) failNode(holder *corev1.Pod, fence int64) (*corev1.Pod, int64, er
 		return nil, 0, err
 	}
 	explain("The kubelet rewrote the old holder's files (role standby): fence run stopped its work.")
-	if err := d.waitNodeReady(node, 2*time.Minute); err != nil {
+	if _, err := d.waitNode(node, true, 2*time.Minute); err != nil {
 		return nil, 0, err
 	}
 	d.say("Node %s is Ready again.", node)
@@ -376,18 +376,20 @@ func (d *demo) waitHolder(not *corev1.Pod, timeout time.Duration) (*corev1.Pod, 
 	}
 }
 
-func (d *demo) waitNodeLost(node string, timeout time.Duration) (time.Time, error) {
+// waitNode waits until node's Ready condition is ready, and returns when
+// it saw it so.
+func (d *demo) waitNode(node string, ready bool, timeout time.Duration) (time.Time, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		n := &corev1.Node{}
 		if err := d.c.Get(d.ctx, client.ObjectKey{Name: node}, n); err != nil {
 			return time.Time{}, err
 		}
-		if !cluster.NodeReady(n) {
+		if cluster.NodeReady(n) == ready {
 			return time.Now(), nil
 		}
 		if time.Now().After(deadline) {
-			return time.Time{}, fmt.Errorf("node %s is still Ready after %s", node, timeout)
+			return time.Time{}, fmt.Errorf("node %s: Ready is still %t after %s", node, !ready, timeout)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/record"
@@ -133,15 +131,10 @@ func (w *world) fencedLease(lc leaseConfig) *fencingv1alpha1.FencedLease {
 // fencedlease-workload, the name the install gives it) and binds it to the
 // namespace's default service account.
 func (w *world) bindWorkloadRole() error {
-	data, err := os.ReadFile(testenv.RepoRoot() + "/config/rbac/workload_role.yaml")
+	role, err := testenv.WorkloadRole()
 	if err != nil {
 		return err
 	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.Unmarshal(data, role); err != nil {
-		return fmt.Errorf("decode the workload ClusterRole: %w", err)
-	}
-	role.Name = "fencedlease-workload"
 	if err := w.admin.Create(w.ctx, role); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create ClusterRole %s: %w", role.Name, err)
 	}

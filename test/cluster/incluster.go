@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"syscall"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -41,55 +38,19 @@ func (c *Cluster) InstallChartInCluster(ctx context.Context, helm, chart, releas
 	if err != nil {
 		return nil, err
 	}
-	if err := c.deleteURLWebhooks(ctx, cs, release); err != nil {
+	callsURL := func(cc *admissionregistrationv1.WebhookClientConfig) bool { return cc != nil && cc.URL != nil }
+	if err := deleteReleaseWebhooks(ctx, cs, release, callsURL); err != nil {
 		return nil, err
 	}
-	args := []string{"upgrade", "--install", release, chart, "--namespace", namespace, "--create-namespace", "--kubeconfig", c.Kubeconfig,
-		"--wait", "--timeout", "3m"}
-	args = append(append(args, InClusterValues...), helmArgs...)
-	cmd := exec.CommandContext(ctx, helm, args...)
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(c.Dir, "helm", "cache"),
-		"HELM_CONFIG_HOME="+filepath.Join(c.Dir, "helm", "config"), "HELM_DATA_HOME="+filepath.Join(c.Dir, "helm", "data"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out)
+	args := append([]string{"--wait", "--timeout", "3m"}, InClusterValues...)
+	if err := c.runHelm(ctx, helm, release, chart, namespace, append(args, helmArgs...)...); err != nil {
+		return nil, err
 	}
-	deps, err := cs.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
+	dep, err := operatorDeployment(ctx, cs, release, namespace)
 	if err != nil {
-		return nil, fmt.Errorf("list the Deployments of release %s: %w", release, err)
+		return nil, err
 	}
-	if len(deps.Items) != 1 {
-		return nil, fmt.Errorf("release %s/%s has %d Deployments, want the operator's alone", namespace, release, len(deps.Items))
-	}
-	return &Install{Release: release, Namespace: namespace, Deployment: &deps.Items[0]}, nil
-}
-
-// deleteURLWebhooks deletes the release's webhook configurations that call
-// a URL (PointWebhooks).
-func (c *Cluster) deleteURLWebhooks(ctx context.Context, cs kubernetes.Interface, release string) error {
-	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release}
-	vs, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, sel)
-	if err != nil {
-		return err
-	}
-	for _, w := range vs.Items {
-		if len(w.Webhooks) > 0 && w.Webhooks[0].ClientConfig.URL != nil {
-			if err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, w.Name, metav1.DeleteOptions{}); err != nil {
-				return err
-			}
-		}
-	}
-	ms, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, sel)
-	if err != nil {
-		return err
-	}
-	for _, w := range ms.Items {
-		if len(w.Webhooks) > 0 && w.Webhooks[0].ClientConfig.URL != nil {
-			if err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, w.Name, metav1.DeleteOptions{}); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return &Install{Release: release, Namespace: namespace, Deployment: dep}, nil
 }
 
 // hasRealNodes says whether the running cluster has a real node (one

@@ -30,7 +30,10 @@ import (
 // ConfigMap takes the holder's write with that fence and refuses a write
 // without one.
 func TestOperatorRunsFromItsImage(t *testing.T) {
-	c := realNodeCluster(t, "real-node-1")
+	if _, err := os.Stat(harness.Tool("helm")); err != nil {
+		t.Fatalf("%v: make helm builds it", err)
+	}
+	c, _ := realNodeCluster(t, "real-node-1")
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -93,17 +96,17 @@ func TestOperatorRunsFromItsImage(t *testing.T) {
 }
 
 // realNodeCluster starts a cluster with one kwok node and the real nodes,
-// stopped when the test ends.
-func realNodeCluster(t *testing.T, realNodes ...string) *Cluster {
+// stopped when the test ends unless down stopped it first.
+func realNodeCluster(t *testing.T, realNodes ...string) (c *Cluster, down func() error) {
 	t.Helper()
 	harness.Needs(t, harness.ControlPlane)
 	if os.Geteuid() != 0 {
 		t.Skip("a real node needs root")
 	}
 	images := ImageTarballs(harness.ImagesDir())
-	for _, f := range append([]string{harness.Kubelet(), harness.Tool("helm")}, images...) {
+	for _, f := range append([]string{harness.Kubelet()}, images...) {
 		if _, err := os.Stat(f); err != nil {
-			t.Fatalf("%v: make images, make helm and hack/tools.sh kubelet build what a real node needs", err)
+			t.Fatalf("%v: make images and hack/tools.sh kubelet build what a real node needs", err)
 		}
 	}
 	bin := os.Getenv("KUBEBUILDER_ASSETS")
@@ -117,10 +120,21 @@ func realNodeCluster(t *testing.T, realNodes ...string) *Cluster {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
+	start := time.Now()
 	if _, err := c.Up(ctx); err != nil {
 		_ = c.Down()
 		t.Fatalf("start the cluster with real nodes %s: %v", strings.Join(realNodes, ", "), err)
 	}
-	t.Cleanup(func() { _ = c.Down() })
-	return c
+	t.Logf("control plane, kwok node and real nodes %s Ready in %s", strings.Join(realNodes, ", "), time.Since(start).Round(100*time.Millisecond))
+	downed := false
+	t.Cleanup(func() {
+		if !downed {
+			_ = c.Down()
+		}
+	})
+	return c, func() error {
+		err := c.Down()
+		downed = err == nil
+		return err
+	}
 }

@@ -46,33 +46,87 @@ func (c *Cluster) InstallChart(ctx context.Context, helm, chart, release, namesp
 	// by URL (PointWebhooks); helm's patch back to the chart's Service would
 	// leave both, which the API server refuses. They go, helm makes them
 	// again, and PointWebhooks points them again.
-	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release}
-	if err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
-		return nil, fmt.Errorf("delete the earlier ValidatingWebhookConfigurations of release %s: %w", release, err)
+	if err := deleteReleaseWebhooks(ctx, cs, release, func(*admissionregistrationv1.WebhookClientConfig) bool { return true }); err != nil {
+		return nil, err
 	}
-	if err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
-		return nil, fmt.Errorf("delete the earlier MutatingWebhookConfigurations of release %s: %w", release, err)
+	if err := c.runHelm(ctx, helm, release, chart, namespace, helmArgs...); err != nil {
+		return nil, err
 	}
-	args := []string{"upgrade", "--install", release, chart, "--namespace", namespace, "--create-namespace", "--kubeconfig", c.Kubeconfig}
-	args = append(args, helmArgs...)
+	dep, err := operatorDeployment(ctx, cs, release, namespace)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cs.AppsV1().Deployments(namespace).Patch(ctx, dep.Name, types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{}); err != nil {
+		return nil, fmt.Errorf("scale Deployment %s/%s to zero: %w", namespace, dep.Name, err)
+	}
+	return &Install{Release: release, Namespace: namespace, Deployment: dep}, nil
+}
+
+// releaseObjects selects the objects of a helm release.
+func releaseObjects(release string) metav1.ListOptions {
+	return metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release}
+}
+
+// runHelm installs or upgrades release from chart in namespace, with args
+// after the command's, helm's cache, configuration and data kept in the
+// cluster's directory.
+func (c *Cluster) runHelm(ctx context.Context, helm, release, chart, namespace string, args ...string) error {
+	args = append([]string{"upgrade", "--install", release, chart, "--namespace", namespace, "--create-namespace", "--kubeconfig", c.Kubeconfig}, args...)
 	cmd := exec.CommandContext(ctx, helm, args...)
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(c.Dir, "helm", "cache"),
 		"HELM_CONFIG_HOME="+filepath.Join(c.Dir, "helm", "config"), "HELM_DATA_HOME="+filepath.Join(c.Dir, "helm", "data"))
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out)
+		return fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
-	deps, err := cs.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
+	return nil
+}
+
+// operatorDeployment is the release's one Deployment, the operator's.
+func operatorDeployment(ctx context.Context, cs kubernetes.Interface, release, namespace string) (*appsv1.Deployment, error) {
+	deps, err := cs.AppsV1().Deployments(namespace).List(ctx, releaseObjects(release))
 	if err != nil {
 		return nil, fmt.Errorf("list the Deployments of release %s: %w", release, err)
 	}
 	if len(deps.Items) != 1 {
 		return nil, fmt.Errorf("release %s/%s has %d Deployments, want the operator's alone", namespace, release, len(deps.Items))
 	}
-	dep := &deps.Items[0]
-	if _, err := cs.AppsV1().Deployments(namespace).Patch(ctx, dep.Name, types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{}); err != nil {
-		return nil, fmt.Errorf("scale Deployment %s/%s to zero: %w", namespace, dep.Name, err)
+	return &deps.Items[0], nil
+}
+
+// deleteReleaseWebhooks deletes the release's webhook configurations that
+// del picks by the clientConfig of their first webhook (nil when they have
+// none).
+func deleteReleaseWebhooks(ctx context.Context, cs kubernetes.Interface, release string, del func(*admissionregistrationv1.WebhookClientConfig) bool) error {
+	api := cs.AdmissionregistrationV1()
+	vs, err := api.ValidatingWebhookConfigurations().List(ctx, releaseObjects(release))
+	if err != nil {
+		return fmt.Errorf("list the ValidatingWebhookConfigurations of release %s: %w", release, err)
 	}
-	return &Install{Release: release, Namespace: namespace, Deployment: dep}, nil
+	ms, err := api.MutatingWebhookConfigurations().List(ctx, releaseObjects(release))
+	if err != nil {
+		return fmt.Errorf("list the MutatingWebhookConfigurations of release %s: %w", release, err)
+	}
+	type picked struct {
+		kind, name string
+		delete     func(context.Context, string, metav1.DeleteOptions) error
+	}
+	var doomed []picked
+	for _, w := range vs.Items {
+		if len(w.Webhooks) == 0 && del(nil) || len(w.Webhooks) > 0 && del(&w.Webhooks[0].ClientConfig) {
+			doomed = append(doomed, picked{"ValidatingWebhookConfiguration", w.Name, api.ValidatingWebhookConfigurations().Delete})
+		}
+	}
+	for _, w := range ms.Items {
+		if len(w.Webhooks) == 0 && del(nil) || len(w.Webhooks) > 0 && del(&w.Webhooks[0].ClientConfig) {
+			doomed = append(doomed, picked{"MutatingWebhookConfiguration", w.Name, api.MutatingWebhookConfigurations().Delete})
+		}
+	}
+	for _, d := range doomed {
+		if err := d.delete(ctx, d.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete %s %s of release %s: %w", d.kind, d.name, release, err)
+		}
+	}
+	return nil
 }
 
 // PointWebhooks rewrites the clientConfig of the chart's webhook
@@ -84,7 +138,7 @@ func (c *Cluster) PointWebhooks(ctx context.Context, in *Install, addr string) e
 	if err != nil {
 		return err
 	}
-	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + in.Release}
+	sel := releaseObjects(in.Release)
 	point := func(cc *admissionregistrationv1.WebhookClientConfig) {
 		path := ""
 		if cc.Service != nil && cc.Service.Path != nil {

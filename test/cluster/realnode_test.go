@@ -16,8 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/fencedlease/fencedlease/test/harness"
 )
 
 // machineState is what a real node must leave as it found it: the mount
@@ -73,39 +71,11 @@ func readMachine(t *testing.T) machineState {
 // default paths are untouched; after Down no process of the node or of its
 // pods is left, nor its cgroups, mounts, interfaces or directories.
 func TestRealNodeRunsAPodAndLeavesNothing(t *testing.T) {
-	harness.Needs(t, harness.ControlPlane)
-	if os.Geteuid() != 0 {
-		t.Skip("a real node needs root")
-	}
-	images := ImageTarballs(harness.ImagesDir())
-	for _, f := range append([]string{harness.Kubelet()}, images...) {
-		if _, err := os.Stat(f); err != nil {
-			t.Fatalf("%v: make images and hack/tools.sh kubelet build what a real node needs", err)
-		}
-	}
-	g := NewWithT(t)
 	before := readMachine(t)
-	bin := os.Getenv("KUBEBUILDER_ASSETS")
-	if bin == "" {
-		bin = harness.ControlPlaneDir()
-	}
-	c, err := New(Config{Dir: t.TempDir(), K8sBin: bin, Kwok: harness.Tool("kwok"), Nodes: []string{"kwok-node-1"},
-		RealNodes: []string{"real-node-1"}, Kubelet: harness.Kubelet(), Images: images})
-	g.Expect(err).NotTo(HaveOccurred())
+	c, down := realNodeCluster(t, "real-node-1")
+	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	start := time.Now()
-	if _, err := c.Up(ctx); err != nil {
-		_ = c.Down()
-		t.Fatalf("start the cluster with a real node: %v", err)
-	}
-	t.Logf("control plane, kwok node and real node Ready in %s", time.Since(start).Round(100*time.Millisecond))
-	downed := false
-	t.Cleanup(func() {
-		if !downed {
-			_ = c.Down()
-		}
-	})
 	cs, err := kubernetes.NewForConfig(c.RestConfig)
 	g.Expect(err).NotTo(HaveOccurred())
 
@@ -180,8 +150,7 @@ func TestRealNodeRunsAPodAndLeavesNothing(t *testing.T) {
 	g.Expect(during.paths).To(Equal(before.paths), "the kubelet's and containerd's default paths stay in the node's namespace")
 	g.Expect(during.mounts).To(Equal(before.mounts), "the node's mounts are in its own namespace")
 
-	g.Expect(c.Down()).To(Succeed())
-	downed = true
+	g.Expect(down()).To(Succeed())
 	for _, pid := range containers {
 		g.Expect(gone(pid)).To(BeTrue(), fmt.Sprintf("process %d of the pod is gone", pid))
 	}

@@ -165,12 +165,9 @@ func watchLine(pod *corev1.Pod, text string) func(t *testing.T) time.Time {
 	go func() {
 		deadline := time.Now().Add(timeout)
 		for time.Now().Before(deadline) {
-			lines, _ := cl.ContainerLogLines(realNode, pod, "work")
-			for _, l := range lines {
-				if l.Text == text {
-					found <- l.Time
-					return
-				}
+			if at := firstLine(pod, text); !at.IsZero() {
+				found <- at
+				return
 			}
 			time.Sleep(5 * time.Millisecond)
 		}

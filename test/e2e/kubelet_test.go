@@ -14,7 +14,6 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -91,33 +90,19 @@ while :; do cur=$(cat /etc/bench/value); if [ "$cur" != "$prev" ]; then echo "va
 
 // probePod runs script on the real node with the probe's downward-API file
 // (/etc/bench/value) and readiness gate, outside the workspace's
-// FencedLease; the finalizer keeps its log after a delete.
+// FencedLease (realPodWith, without its labels).
 func (w *workspace) probePod(t *testing.T, name, script string) *corev1.Pod {
 	t.Helper()
-	g := NewWithT(t)
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: name, Finalizers: []string{keepFinalizer},
-		Labels: map[string]string{"app": "probe"}, Annotations: map[string]string{probeAnnotation: "0"}},
-		Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](30),
-			ReadinessGates: []corev1.PodReadinessGate{{ConditionType: probeGate}},
-			Volumes: []corev1.Volume{{Name: "bench", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
-				Items: []corev1.DownwardAPIVolumeFile{{Path: "value", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + probeAnnotation + "']"}}}}}}},
-			Containers: []corev1.Container{{Name: "work", Image: workloadImage, ImagePullPolicy: corev1.PullNever,
-				Command:      []string{"/bin/sh", "-c", script},
-				VolumeMounts: []corev1.VolumeMount{{Name: "bench", MountPath: "/etc/bench"}}}}}}
-	g.Expect(cl.PodOnRealNode(&pod.Spec)).To(Succeed())
-	g.Expect(admin.Create(context.Background(), pod)).To(Succeed())
-	t.Cleanup(func() {
-		p := &corev1.Pod{}
-		if admin.Get(context.Background(), client.ObjectKeyFromObject(pod), p) == nil {
-			p.Finalizers = nil
-			_ = admin.Update(context.Background(), p)
-			_ = admin.Delete(context.Background(), p, client.GracePeriodSeconds(0))
-		}
+	pod := w.realPodWith(t, name, script, func(p *corev1.Pod) {
+		p.Labels = map[string]string{"app": "probe"}
+		p.Annotations = map[string]string{probeAnnotation: "0"}
+		p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
+		p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: probeGate}}
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "bench", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+			Items: []corev1.DownwardAPIVolumeFile{{Path: "value", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations['" + probeAnnotation + "']"}}}}}})
+		c := &p.Spec.Containers[0]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "bench", MountPath: "/etc/bench"})
 	})
-	g.Eventually(func(g Gomega) {
-		g.Expect(admin.Get(context.Background(), client.ObjectKeyFromObject(pod), pod)).To(Succeed())
-		g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning))
-	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed(), "pod %s runs on the real node", name)
 	w.logLine(t, pod, "value 0")
 	return pod
 }
@@ -137,16 +122,22 @@ func (w *workspace) logLine(t *testing.T, pod *corev1.Pod, text string) time.Tim
 	t.Helper()
 	var at time.Time
 	NewWithT(t).Eventually(func() bool {
-		lines, _ := cl.ContainerLogLines(realNode, pod, "work")
-		for _, l := range lines {
-			if l.Text == text {
-				at = l.Time
-				return true
-			}
-		}
-		return false
+		at = firstLine(pod, text)
+		return !at.IsZero()
 	}).WithTimeout(timeout).WithPolling(5*time.Millisecond).Should(BeTrue(), "pod %s wrote %q", pod.Name, text)
 	return at
+}
+
+// firstLine is when the pod's container first wrote the line text (as the
+// container runtime read it), zero if it has not yet.
+func firstLine(pod *corev1.Pod, text string) time.Time {
+	lines, _ := cl.ContainerLogLines(realNode, pod, "work")
+	for _, l := range lines {
+		if l.Text == text {
+			return l.Time
+		}
+	}
+	return time.Time{}
 }
 
 // quantiles is "p50 … p90 … max …" of ds.

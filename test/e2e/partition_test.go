@@ -86,11 +86,8 @@ func TestPartitionedHolderStopsOnItsOwnClockOnARealKubelet(t *testing.T) {
 	deadline := lease.Spec.RenewTime.Add(4 * time.Second)
 	_, fence2 := w.holder(a)
 	g.Expect(fence2).To(BeNumerically(">", fence))
-	var started time.Time
-	g.Eventually(func() bool {
-		started = firstLine(b, fmt.Sprintf("started %d", fence2))
-		return !started.IsZero()
-	}).WithTimeout(timeout).WithPolling(poll).Should(BeTrue(), "the other pod's work starts with the next fence")
+	// The other pod's work starts with the next fence.
+	started := w.logLine(t, b, fmt.Sprintf("started %d", fence2))
 
 	var last time.Time
 	lines, err := cl.ContainerLogLines(realNode, a, "work")
@@ -132,24 +129,16 @@ func throughProxy(p *corev1.Pod, host, port string) {
 	c.Env = append(c.Env, corev1.EnvVar{Name: "FENCE_SERVICEACCOUNT_DIR", Value: "/var/run/fence-sa"})
 }
 
-// firstLine is when the pod's container first wrote text, zero if not yet.
-func firstLine(p *corev1.Pod, text string) time.Time {
-	lines, _ := cl.ContainerLogLines(realNode, p, "work")
-	for _, l := range lines {
-		if l.Text == text {
-			return l.Time
-		}
-	}
-	return time.Time{}
-}
-
-// bindRenewer lets the workspace's pods renew their own Lease
-// (config/rbac/workload_role.yaml).
+// bindRenewer lets the workspace's pods renew their own Lease, with the
+// rules of the shipped workload role (config/rbac/workload_role.yaml) in a
+// Role of the workspace's namespace.
 func (w *workspace) bindRenewer(t *testing.T) {
 	t.Helper()
 	g := NewWithT(t)
+	workload, err := testenv.WorkloadRole()
+	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(admin.Create(context.Background(), &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "renewer"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "watch", "update"}}}})).To(Succeed())
+		Rules: workload.Rules})).To(Succeed())
 	g.Expect(admin.Create(context.Background(), &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: "renewer"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "renewer"},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: w.ns, Name: "default"}}})).To(Succeed())

@@ -50,7 +50,7 @@ func (w *workspace) realPod(t *testing.T, name, script string) *corev1.Pod {
 }
 
 // realPodWith is realPod with the pod changed by edit, once it is set for
-// the real node.
+// the real node. Once the test is done the pod goes at once (no grace).
 func (w *workspace) realPodWith(t *testing.T, name, script string, edit func(*corev1.Pod)) *corev1.Pod {
 	t.Helper()
 	g := NewWithT(t)
@@ -69,7 +69,7 @@ func (w *workspace) realPodWith(t *testing.T, name, script string, edit func(*co
 		if admin.Get(context.Background(), client.ObjectKeyFromObject(pod), p) == nil {
 			p.Finalizers = nil
 			_ = admin.Update(context.Background(), p)
-			_ = admin.Delete(context.Background(), p)
+			_ = admin.Delete(context.Background(), p, client.GracePeriodSeconds(0))
 		}
 	})
 	g.Eventually(func(g Gomega) {

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/pkg/fence"
@@ -45,15 +44,10 @@ func TestMain(m *testing.M) {
 		if err := testenv.InstallPolicies(ctx, e.Client, testenv.PolicyFiles()[0]); err != nil {
 			return err
 		}
-		data, err := os.ReadFile(testenv.RepoRoot() + "/config/rbac/workload_role.yaml")
+		role, err := testenv.WorkloadRole()
 		if err != nil {
 			return err
 		}
-		role := &rbacv1.ClusterRole{}
-		if err := yaml.Unmarshal(data, role); err != nil {
-			return err
-		}
-		role.Name = "fencedlease-workload"
 		return e.Client.Create(ctx, role)
 	})
 }

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/fencedlease/fencedlease/test/harness"
 	"github.com/fencedlease/fencedlease/test/s3server"
@@ -100,15 +99,10 @@ func run(m *testing.M) int {
 // setupCluster creates the workload ClusterRole (holders renew their Lease) and
 // the gateway's service account with its RBAC.
 func setupCluster(ctx context.Context) error {
-	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "rbac", "workload_role.yaml"))
+	role, err := testenv.WorkloadRole()
 	if err != nil {
 		return err
 	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.Unmarshal(data, role); err != nil {
-		return err
-	}
-	role.Name = "fencedlease-workload"
 	if err := env.Client.Create(ctx, role); err != nil {
 		return err
 	}

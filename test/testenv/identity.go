@@ -273,3 +273,21 @@ func InstallScaleGuard(ctx context.Context, c client.Client) error {
 	}
 	return nil
 }
+
+// WorkloadRole reads the workload ClusterRole of
+// config/rbac/workload_role.yaml, named fencedlease-workload as the install
+// names it: what a workload's service account needs to renew its own
+// Lease.
+func WorkloadRole() (*rbacv1.ClusterRole, error) {
+	path := filepath.Join(RepoRoot(), "config", "rbac", "workload_role.yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.Unmarshal(data, role); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	role.Name = "fencedlease-workload"
+	return role, nil
+}

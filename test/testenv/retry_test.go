@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/fencedlease/fencedlease/test/harness"
 )
 
 // TestARetriedCreateTellsItsObjectFromAnOlderOne: a create whose first
@@ -20,6 +22,7 @@ import (
 // object, it let a harness re-creating an object stop while nothing would
 // exist once the older one was gone.
 func TestARetriedCreateTellsItsObjectFromAnOlderOne(t *testing.T) {
+	harness.Needs(t, harness.ControlPlane)
 	ctx := t.Context()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "retry-"}}
 	if err := env.Client.Create(ctx, ns); err != nil {

@@ -17,7 +17,6 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/fencedlease/fencedlease/pkg/fence/fences3"
-	"github.com/fencedlease/fencedlease/test/s3server"
 )
 
 const key = "reports/monthly"
@@ -185,10 +184,8 @@ func TestLostReply(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			ctx := context.Background()
-			bucket := newBucket(t)
-			proxy := s3server.NewDropProxy(srv.Endpoint)
-			t.Cleanup(proxy.Close)
-			st := fences3.New(srv.Client(proxy.URL), bucket)
+			px := newProxied(t)
+			bucket, proxy, st := px.bucket, px.proxy, px.slow
 			_, err := st.Put(ctx, key, "op-1", 41, body("first"))
 			g.Expect(err).NotTo(HaveOccurred())
 
@@ -220,10 +217,8 @@ func TestLostReply(t *testing.T) {
 func TestLostReplyUnsettled(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	bucket := newBucket(t)
-	proxy := s3server.NewDropProxy(srv.Endpoint)
-	t.Cleanup(proxy.Close)
-	st := fences3.New(srv.Client(proxy.URL), bucket)
+	px := newProxied(t)
+	bucket, proxy, st, direct := px.bucket, px.proxy, px.slow, px.direct
 	// The pointer write's reply is lost, and so is every read after it.
 	var lost atomic.Bool
 	proxy.DropNext(1, func(r *http.Request) bool {
@@ -238,7 +233,6 @@ func TestLostReplyUnsettled(t *testing.T) {
 	g.Expect(errors.Is(err, fences3.ErrUnknownOutcome)).To(BeTrue(), "err: %v", err)
 
 	// It was applied; a replay through a working path says so.
-	direct := fences3.New(srv.Client(""), bucket)
 	_, err = direct.Put(ctx, key, "op-1", 42, body("report"))
 	g.Expect(errors.Is(err, fences3.ErrAlreadyApplied)).To(BeTrue(), "err: %v", err)
 	content, p := read(g, direct)

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/fencedlease/fencedlease/pkg/fence/fences3"
 	"github.com/fencedlease/fencedlease/test/harness"
 	"github.com/fencedlease/fencedlease/test/s3server"
 )
@@ -46,4 +47,32 @@ func newBucket(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return name
+}
+
+// proxied is a bucket of a test's own with two stores of it: slow reaches
+// the S3 server through proxy, which loses or holds the requests the test
+// picks; direct reaches it directly.
+type proxied struct {
+	bucket       string
+	proxy        *s3server.DropProxy
+	slow, direct *fences3.Store
+}
+
+func newProxied(t *testing.T) proxied {
+	t.Helper()
+	bucket := newBucket(t)
+	proxy := s3server.NewDropProxy(srv.Endpoint)
+	t.Cleanup(proxy.Close)
+	return proxied{bucket: bucket, proxy: proxy, slow: fences3.New(srv.Client(proxy.URL), bucket), direct: fences3.New(srv.Client(""), bucket)}
+}
+
+// putLater runs st's Put of key in the background; its error comes on the
+// channel returned.
+func putLater(ctx context.Context, st *fences3.Store, op string, fence int64, content string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := st.Put(ctx, key, op, fence, body(content))
+		done <- err
+	}()
+	return done
 }

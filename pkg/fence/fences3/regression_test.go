@@ -10,7 +10,6 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/fencedlease/fencedlease/pkg/fence/fences3"
-	"github.com/fencedlease/fencedlease/test/s3server"
 )
 
 // isGet matches a GET of a key (path-style), as a read of the pointer is.
@@ -32,21 +31,14 @@ func TestStaleLeftoversNeverBeatTheNewHolder(t *testing.T) {
 	t.Run("A paused between its version and the pointer", func(t *testing.T) {
 		g := NewWithT(t)
 		ctx := context.Background()
-		bucket := newBucket(t)
-		proxy := s3server.NewDropProxy(srv.Endpoint)
-		t.Cleanup(proxy.Close)
-		a := fences3.New(srv.Client(proxy.URL), bucket)
-		b := fences3.New(srv.Client(""), bucket)
+		px := newProxied(t)
+		a, b := px.slow, px.direct
 		_, err := b.Put(ctx, key, "earlier", 40, body("earlier report"))
 		g.Expect(err).NotTo(HaveOccurred())
 
-		held, release := proxy.Hold(isPut(bucket, key))
+		held, release := px.proxy.Hold(isPut(px.bucket, key))
 		t.Cleanup(release) // before the proxy closes, on any failure
-		aDone := make(chan error, 1)
-		go func() {
-			_, err := a.Put(ctx, key, op, 41, body("report by A"))
-			aDone <- err
-		}()
+		aDone := putLater(ctx, a, op, 41, "report by A")
 		<-held // A's pointer move waits on its way to the store
 
 		_, err = b.Put(ctx, key, op, 42, body("report by B"))
@@ -89,11 +81,8 @@ func TestStaleLeftoversNeverBeatTheNewHolder(t *testing.T) {
 func TestReplayOfAForgottenOutcomeIsRefused(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	bucket := newBucket(t)
-	proxy := s3server.NewDropProxy(srv.Endpoint)
-	t.Cleanup(proxy.Close)
-	slow := fences3.New(srv.Client(proxy.URL), bucket)
-	direct := fences3.New(srv.Client(""), bucket)
+	px := newProxied(t)
+	bucket, proxy, slow, direct := px.bucket, px.proxy, px.slow, px.direct
 	_, err := direct.Put(ctx, key, "op-0", 42, body("first"))
 	g.Expect(err).NotTo(HaveOccurred())
 
@@ -101,11 +90,7 @@ func TestReplayOfAForgottenOutcomeIsRefused(t *testing.T) {
 	// The read-back after the lost reply waits until the others have written.
 	held, release := proxy.Hold(isGet(bucket, key))
 	t.Cleanup(release)
-	done := make(chan error, 1)
-	go func() {
-		_, err := slow.Put(ctx, key, "op-x", 42, body("report x"))
-		done <- err
-	}()
+	done := putLater(ctx, slow, "op-x", 42, "report x")
 	// The first read held is the write's own first read of the pointer:
 	// let it go, and hold the next one, the read-back.
 	<-held
