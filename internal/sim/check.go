@@ -11,10 +11,11 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/holder"
+	"github.com/fencedlease/fencedlease/internal/invariant"
 	"github.com/fencedlease/fencedlease/internal/record"
 )
 
-// checker verifies the invariants of DESIGN §6 after every write:
+// checker verifies the invariants of docs/design.md after every write:
 //
 //   - 1: at most one pod of a FencedLease is published as holder (role holder
 //     with a fence) at any instant;
@@ -32,12 +33,21 @@ import (
 //   - 8: with holder renewal and takeover Safe, no grant to a pod is written
 //     while another pod's process still believes, by its own clock, that it
 //     holds the lease.
+//
+// The rules it shares with the other checkers are internal/invariant's,
+// fed each write: 1 and 2 but for the commit (Publications), 7 but for the
+// commit (Statuses), the grants' own order (Grants.Commit), and, in
+// enforce.go, the webhook's decisions (Grants.Stale, Grants.GrantedTo) and
+// the protected objects' stored fences (Order). The rest is the
+// simulation's own.
 type checker struct {
-	maxPublished map[string]int64
-	publishedTo  map[string]types.UID
-	committed    map[string]map[int64]bool
-	// lost are the fences whose holder was told it is no longer the holder.
-	lost map[string]map[int64]bool
+	// publications, statuses and grants check the rules the simulation
+	// shares with the other checkers (internal/invariant); writes checks
+	// the order of the fences protected objects store.
+	publications *invariant.Publications
+	statuses     *invariant.Statuses
+	grants       *invariant.Grants
+	writes       *invariant.Order[*request]
 	// validUntil is, per FencedLease and fence, when a grant stops being
 	// valid: a lease duration after its last renewal.
 	validUntil map[string]map[int64]time.Time
@@ -50,9 +60,6 @@ type checker struct {
 	// from then on an operator may act on that spec (its cache may lag behind
 	// for any time in a simulation), so the Safe wait is no longer checked.
 	immediate map[string]bool
-	status    map[types.UID]*statusRecord
-	// grants are the grants committed, by FencedLease name.
-	grants map[string][]grantRecord
 	// terminated are the pods the kubelet reported with every container
 	// terminated. A terminal phase is final, so nothing of such a pod ever
 	// runs again: a renewal of its grant written later (by a replica whose
@@ -61,25 +68,16 @@ type checker struct {
 	violations []string
 }
 
-type statusRecord struct {
-	fence       int64
-	transitions int32
-	holder      types.UID
-	ended       map[int64]bool
-}
-
 func newChecker() *checker {
 	return &checker{
-		maxPublished: map[string]int64{},
-		publishedTo:  map[string]types.UID{},
-		committed:    map[string]map[int64]bool{},
-		lost:         map[string]map[int64]bool{},
+		publications: invariant.NewPublications(),
+		statuses:     invariant.NewStatuses(),
+		grants:       invariant.NewGrants(),
+		writes:       invariant.NewOrder[*request](),
 		validUntil:   map[string]map[int64]time.Time{},
 		exposed:      map[string]map[int64]bool{},
 		holderOf:     map[string]map[int64]types.UID{},
 		immediate:    map[string]bool{},
-		status:       map[types.UID]*statusRecord{},
-		grants:       map[string][]grantRecord{},
 		terminated:   map[types.UID]bool{},
 	}
 }
@@ -88,6 +86,13 @@ func (c *checker) fail(s *Sim, format string, args ...any) {
 	msg := fmt.Sprintf("step %d (t=%s): ", s.step, s.clock.Now().Format("15:04:05.000")) + fmt.Sprintf(format, args...)
 	c.violations = append(c.violations, msg)
 	s.tracef("  VIOLATION: %s", msg)
+}
+
+// report fails with each violation of a shared rule, and who wrote.
+func (c *checker) report(s *Sim, writer string, vs []invariant.Violation) {
+	for _, v := range vs {
+		c.fail(s, "%s (after a write by %s)", v.Detail, writer)
+	}
 }
 
 // afterWrite checks the change a write made to one object.
@@ -111,11 +116,11 @@ func (c *checker) afterWrite(s *Sim, k objKey, writer string) {
 	case "Lease":
 		l, _ := cur.(*coordinationv1.Lease)
 		old, _ := prev.(*coordinationv1.Lease)
-		c.checkLease(s, k, l, old)
+		c.checkLease(s, k, l, old, writer)
 	case "FencedLease":
 		fl, _ := cur.(*fencingv1alpha1.FencedLease)
 		old, _ := prev.(*fencingv1alpha1.FencedLease)
-		c.checkFencedLease(s, k, fl, old)
+		c.checkFencedLease(s, k, fl, old, writer)
 	}
 }
 
@@ -148,12 +153,7 @@ func (c *checker) checkPod(s *Sim, k objKey, pod, old *corev1.Pod, writer string
 		}
 	}
 	lease, fence := published(pod)
-	if ol, of := published(old); ol != "" && (ol != lease || of != fence) {
-		if c.lost[ol] == nil {
-			c.lost[ol] = map[int64]bool{}
-		}
-		c.lost[ol][of] = true
-	}
+	c.observePublication(s, pod, old, writer)
 	if lease == "" {
 		return
 	}
@@ -161,39 +161,35 @@ func (c *checker) checkPod(s *Sim, k objKey, pod, old *corev1.Pod, writer string
 		return // unchanged
 	}
 	s.stats.Publishes++
-	switch {
-	case fence < 0:
-		c.fail(s, "%s published a malformed fence to pod %s", writer, k.name)
-	case !c.committed[lease][fence]:
+	if fence > 0 && !c.committed(lease, fence) {
 		c.fail(s, "%s published fence %d of FencedLease %s to pod %s, but that fence was never committed on the Lease", writer, fence, lease, k.name)
-	case fence < c.maxPublished[lease]:
-		c.fail(s, "%s published fence %d of FencedLease %s to pod %s after fence %d was published", writer, fence, lease, k.name, c.maxPublished[lease])
-	case fence == c.maxPublished[lease] && pod.UID != c.publishedTo[lease]:
-		c.fail(s, "%s published fence %d of FencedLease %s to pod %s, but it was published to pod UID %s before", writer, fence, lease, k.name, c.publishedTo[lease])
-	case c.lost[lease][fence]:
-		c.fail(s, "%s published fence %d of FencedLease %s to pod %s again after the pod lost it", writer, fence, lease, k.name)
-	default:
-		c.maxPublished[lease], c.publishedTo[lease] = fence, pod.UID
 	}
 	c.expose(lease, fence)
-	var holders []string
-	for key := range s.store.hist {
-		if key.kind != "Pod" || key.namespace != k.namespace {
-			continue
-		}
-		if p, _ := s.store.headObj(key).(*corev1.Pod); p != nil {
-			if l, f := published(p); l == lease && f != 0 {
-				holders = append(holders, fmt.Sprintf("%s(fence %d)", p.Name, f))
-			}
-		}
-	}
-	if len(holders) > 1 {
-		sortStrings(holders)
-		c.fail(s, "%d pods published as holder of FencedLease %s at once: %v (after a write by %s)", len(holders), lease, holders, writer)
-	}
 }
 
-func (c *checker) checkLease(s *Sim, k objKey, l, old *coordinationv1.Lease) {
+// observePublication feeds the publication tracker the pod as the write
+// left it: gone, replaced by a pod of the same name, or published as what
+// its annotations say.
+func (c *checker) observePublication(s *Sim, pod, old *corev1.Pod, writer string) {
+	if old != nil && (pod == nil || old.UID != pod.UID) {
+		c.publications.Gone(string(old.UID))
+	}
+	if pod == nil {
+		return
+	}
+	lease, fence := published(pod)
+	c.report(s, writer, c.publications.Observe(invariant.Publication{Pod: pod.Name, UID: string(pod.UID), Lease: lease, Fence: fence,
+		Raw: pod.Annotations[fencingv1alpha1.AnnotationFence]}))
+}
+
+// committed says whether the fence was committed on the FencedLease's
+// Lease.
+func (c *checker) committed(lease string, fence int64) bool {
+	_, ok := c.grants.Holder(lease, fence)
+	return ok
+}
+
+func (c *checker) checkLease(s *Sim, k objKey, l, old *coordinationv1.Lease, writer string) {
 	if l == nil {
 		return
 	}
@@ -204,15 +200,12 @@ func (c *checker) checkLease(s *Sim, k objKey, l, old *coordinationv1.Lease) {
 	state := l.Annotations[fencingv1alpha1.LeaseAnnotationState]
 	if state == fencingv1alpha1.LeaseStateHeld {
 		if f := record.FenceOf(l.Annotations[fencingv1alpha1.AnnotationFence]); f > 0 {
-			if c.committed[k.name] == nil {
-				c.committed[k.name] = map[int64]bool{}
-			}
-			c.committed[k.name][f] = true
 			if c.holderOf[k.name] == nil {
 				c.holderOf[k.name] = map[int64]types.UID{}
 			}
 			c.holderOf[k.name][f] = types.UID(l.Annotations[fencingv1alpha1.LeaseAnnotationHolderUID])
-			c.committedGrant(k.name, f, c.holderOf[k.name][f], s.store.rev)
+			c.report(s, writer, c.grants.Commit(invariant.Grant{Lease: k.name, Fence: f,
+				Holder: string(c.holderOf[k.name][f]), At: s.store.rev}))
 		}
 	}
 	newGrant := old == nil && state == fencingv1alpha1.LeaseStatePending ||
@@ -299,7 +292,7 @@ func (c *checker) checkHeartbeat(s *Sim, k objKey, hb *coordinationv1.Lease) {
 	}
 }
 
-func (c *checker) checkFencedLease(s *Sim, k objKey, fl, old *fencingv1alpha1.FencedLease) {
+func (c *checker) checkFencedLease(s *Sim, k objKey, fl, old *fencingv1alpha1.FencedLease, writer string) {
 	if fl == nil {
 		// A FencedLease deleted, and perhaps created again under the same
 		// name: the grants of the old one, and the beliefs of its holders,
@@ -311,33 +304,18 @@ func (c *checker) checkFencedLease(s *Sim, k objKey, fl, old *fencingv1alpha1.Fe
 	if fl.Spec.Takeover == fencingv1alpha1.TakeoverImmediate {
 		c.immediate[k.name] = true
 	}
-	rec := c.status[fl.UID]
-	if rec == nil {
-		rec = &statusRecord{ended: map[int64]bool{}}
-		c.status[fl.UID] = rec
+	st := invariant.Status{FencedLease: k.name, UID: string(fl.UID), Fence: fl.Status.Fence, Transitions: fl.Status.Transitions}
+	if h := fl.Status.Holder; h != nil {
+		st.HolderUID, st.HolderName = string(h.PodUID), h.PodName
 	}
-	st := fl.Status
-	var holder types.UID
-	if st.Holder != nil {
-		holder = st.Holder.PodUID
+	c.report(s, writer, c.statuses.Observe(st))
+	if st.HolderUID == "" {
+		return
 	}
-	switch {
-	case st.Fence < rec.fence:
-		c.fail(s, "status of FencedLease %s went back from fence %d to %d", k.name, rec.fence, st.Fence)
-	case st.Transitions < rec.transitions:
-		c.fail(s, "status of FencedLease %s went back from %d transitions to %d", k.name, rec.transitions, st.Transitions)
-	case holder != "" && rec.ended[st.Fence]:
-		c.fail(s, "status of FencedLease %s names holder %s with fence %d again, after it recorded the end of that grant", k.name, st.Holder.PodName, st.Fence)
-	case holder != "" && !c.committed[k.name][st.Fence]:
-		c.fail(s, "status of FencedLease %s names holder %s with fence %d, which was never committed", k.name, st.Holder.PodName, st.Fence)
+	if !c.committed(k.name, st.Fence) {
+		c.fail(s, "status of FencedLease %s names holder %s with fence %d, which was never committed", k.name, st.HolderName, st.Fence)
 	}
-	if holder != "" {
-		c.expose(k.name, st.Fence)
-	}
-	if rec.holder != "" && (holder != rec.holder || st.Fence != rec.fence) {
-		rec.ended[rec.fence] = true
-	}
-	rec.fence, rec.transitions, rec.holder = max(rec.fence, st.Fence), max(rec.transitions, st.Transitions), holder
+	c.expose(k.name, st.Fence)
 }
 
 // releasedFence says whether a Lease write released the grant of fence f.

@@ -1,49 +1,20 @@
 package sim
 
 import (
+	"math"
+
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/invariant"
 	"github.com/fencedlease/fencedlease/internal/record"
 )
 
-// grantRecord is a grant committed on a FencedLease's Lease: its fence, its
-// holder and the store revision of the commit.
-type grantRecord struct {
-	fence  int64
-	holder types.UID
-	rev    int64
-}
-
-// committedGrant records a grant the first time the Lease holds it.
-func (c *checker) committedGrant(lease string, fence int64, holder types.UID, rev int64) {
-	for _, g := range c.grants[lease] {
-		if g.fence == fence {
-			return
-		}
-	}
-	c.grants[lease] = append(c.grants[lease], grantRecord{fence: fence, holder: holder, rev: rev})
-}
-
 // newestCommitted is the highest fence committed for a FencedLease name.
 func (c *checker) newestCommitted(lease string) int64 {
-	var n int64
-	for _, g := range c.grants[lease] {
-		n = max(n, g.fence)
-	}
-	return n
-}
-
-// grantHolder is the pod of the grant with that fence, if one was committed.
-func (c *checker) grantHolder(lease string, fence int64) (types.UID, bool) {
-	for _, g := range c.grants[lease] {
-		if g.fence == fence {
-			return g.holder, true
-		}
-	}
-	return "", false
+	g, _ := c.grants.Newest(lease, math.MaxInt64)
+	return g.Fence
 }
 
 // decided checks a decision of the fencing webhook (invariants 4 and 9):
@@ -62,22 +33,21 @@ func (c *checker) decided(s *Sim, r *request, start int64, allowed, lagging bool
 		s.stats.WebhookDenials++
 		return
 	}
-	var newest *grantRecord
-	for i, g := range c.grants[r.lease] {
-		if g.rev <= start && (newest == nil || g.fence > newest.fence) {
-			newest = &c.grants[r.lease][i]
-		}
-	}
-	if newest == nil {
+	newest, ok := c.grants.Newest(r.lease, start)
+	if !ok {
 		return
 	}
-	for _, g := range c.grants[r.lease] {
-		if g.rev <= s.store.rev && g.fence >= newest.fence && g.holder == r.uid && (r.op == admissionv1.Delete || g.fence == r.fence) {
-			return
-		}
+	// A delete presents no fence of its own to the object: the pod's newest
+	// grant is its authority.
+	fence := r.fence
+	if last, ok := c.grants.Last(r.lease, string(r.uid)); ok && r.op == admissionv1.Delete {
+		fence = last.Fence
+	}
+	if _, stale := c.grants.Stale(r.lease, fence, start); !stale && c.grants.GrantedTo(r.lease, fence, string(r.uid)) {
+		return
 	}
 	c.fail(s, "the webhook admitted %s after the grant with fence %d to pod UID %s was committed (revision %d, the request started at %d)",
-		r, newest.fence, newest.holder, newest.rev, start)
+		r, newest.Fence, newest.Holder, newest.At, start)
 }
 
 // applied checks a protected write as the API server applied it, on the
@@ -96,11 +66,18 @@ func (c *checker) applied(s *Sim, r *request, cur, obj *corev1.ConfigMap) {
 	}
 	switch r.op {
 	case admissionv1.Update:
-		if r.fence < stored {
-			c.fail(s, "%s was applied on a version written with fence %d: a lower fence after a higher one", r, stored)
+		// The version decided on counts as accepted, whoever wrote it.
+		key := string(cur.UID)
+		c.writes.Record(key, invariant.Write[*request]{Fence: stored})
+		if h, stale := c.writes.Check(key, invariant.Write[*request]{Fence: r.fence, Of: r}); stale {
+			c.fail(s, "%s was applied on a version written with fence %d, after one written with fence %d: a lower fence after a higher one",
+				r, stored, h.Fence)
 		}
+		c.writes.Record(key, invariant.Write[*request]{Fence: storedFence(obj, r.lease), Of: r})
+	case admissionv1.Create:
+		c.writes.Record(string(obj.UID), invariant.Write[*request]{Fence: storedFence(obj, r.lease), Of: r})
 	case admissionv1.Delete:
-		if holder, ok := c.grantHolder(r.lease, stored); r.believed > 0 && stored > r.believed && (!ok || holder != r.uid) {
+		if holder, ok := c.grants.Holder(r.lease, stored); r.believed > 0 && stored > r.believed && (!ok || holder != string(r.uid)) {
 			c.fail(s, "%s deleted what the holder of the newer grant with fence %d wrote", r, stored)
 		}
 	}

@@ -6,13 +6,15 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/fencedlease/fencedlease/internal/invariant"
 )
 
 // CheckOptions tune the checks of a history.
 type CheckOptions struct {
 	// Window is how long after a holding is seen to end (or a newer grant is
 	// seen) a write of the old holder may still be admitted: admission is not
-	// a transaction with the FencedLease (DESIGN §6, invariant 4), the
+	// a transaction with the FencedLease (design.md, invariant 4), the
 	// webhook decides from an informer cache, and a watch delivers an event a
 	// moment after the change. A write that falls in the window is allowed
 	// and counted (Result.InWindow); one after it is a violation.
@@ -135,34 +137,32 @@ func checkAuthority(h *History, o CheckOptions, r *Result) {
 
 // checkNewerGrant: once a newer fence of the lease has been seen (published
 // to a pod or recorded in the status), no write with an older fence is
-// accepted after the window.
+// accepted after the window (internal/invariant's Grants.Stale). The pod
+// and status watches deliver independently, so the grants are recorded as
+// seen, not checked for their order (the holder checker checks the
+// publications').
 func checkNewerGrant(h *History, o CheckOptions, r *Result) {
-	type grant struct {
-		fence int64
-		at    time.Duration
-	}
-	grants := map[string][]grant{}
+	grants := invariant.NewGrants()
 	for _, hd := range h.Holdings {
 		if hd.Via != ViaRead {
-			grants[hd.Lease] = append(grants[hd.Lease], grant{hd.Fence, hd.From})
+			grants.Seen(invariant.Grant{Lease: hd.Lease, Fence: hd.Fence, Holder: string(hd.PodUID), At: int64(hd.From)})
 		}
 	}
 	for _, a := range h.Attempts {
 		if a.Outcome != Accepted {
 			continue
 		}
-		for _, g := range grants[a.Lease] {
-			if g.fence > a.Fence && g.at+o.Window < a.Call {
-				r.violate("write #%d by %s with fence %d to %s accepted at [%s, %s], but fence %d of %s was granted at %s (%s before the call)",
-					a.ID, a.Process, a.Fence, a.Object, a.Call, a.Return, g.fence, a.Lease, g.at, a.Call-g.at)
-				break
-			}
+		if g, stale := grants.Stale(a.Lease, a.Fence, int64(a.Call-o.Window)); stale {
+			at := time.Duration(g.At)
+			r.violate("write #%d by %s with fence %d to %s accepted at [%s, %s], but fence %d of %s was granted at %s (%s before the call)",
+				a.ID, a.Process, a.Fence, a.Object, a.Call, a.Return, g.Fence, a.Lease, at, a.Call-at)
 		}
 	}
 }
 
 // checkApplyOrder checks the objects' versions as their watches delivered
-// them, in the order the API server applied the writes: fences never go back;
+// them, in the order the API server applied the writes: fences never go
+// back, below the highest one before (internal/invariant's Order);
 // every version is the value of a write that was accepted or of unknown
 // outcome (a rejected write was never applied); every accepted write is
 // among them (unless the watch had a gap).
@@ -179,14 +179,14 @@ func checkApplyOrder(h *History, r *Result) {
 		objects = append(objects, o)
 	}
 	sort.Strings(objects)
+	order := invariant.NewOrder[Version]()
 	for _, object := range objects {
-		var prev Version
-		for i, v := range h.Versions[object] {
-			if i > 0 && v.Fence < prev.Fence {
+		for _, v := range h.Versions[object] {
+			if high, stale := order.Accept(object, invariant.Write[Version]{Fence: v.Fence, Of: v}); stale {
+				prev := high.Of
 				r.violate("%s went from fence %d (%q, resourceVersion %s) to fence %d (%q, resourceVersion %s)",
 					object, prev.Fence, prev.Value, prev.ResourceVersion, v.Fence, v.Value, v.ResourceVersion)
 			}
-			prev = v
 			if v.Value == "" {
 				continue // as created
 			}

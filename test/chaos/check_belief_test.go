@@ -4,19 +4,23 @@ package chaos
 
 import (
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/types"
 )
+
+// belief is pod's belief in fence of l0 during [from, to], ended by why.
+func belief(pod string, fence int64, from, to time.Duration, why string) Belief {
+	return Belief{Lease: "l0", Pod: pod, PodUID: types.UID("uid-" + pod), Fence: fence, From: from, To: to, Why: why}
+}
 
 // withBeliefs is cleanHistory with the beliefs of renewal Holder processes
 // that match its holdings: a believes fence 10 until it released it, b
 // believes fence 20 from a moment after.
 func withBeliefs() *History {
 	h := cleanHistory()
-	h.Beliefs = []Belief{
-		{Lease: "l0", Pod: "a", PodUID: "uid-a", Fence: 10, From: 60 * ms, To: 380 * ms, Why: "release"},
-		{Lease: "l0", Pod: "b", PodUID: "uid-b", Fence: 20, From: 560 * ms, To: 5000 * ms, Why: "stop"},
-	}
+	h.Beliefs = []Belief{belief("a", 10, 60*ms, 380*ms, "release"), belief("b", 20, 560*ms, 5000*ms, "stop")}
 	h.Releases = []Release{
 		{ID: 0, Pod: "a", PodUID: "uid-a", Lease: "l0", Kind: ReleaseHeld, Fence: 10, Outcome: ReleaseReleased, Call: 380 * ms, Return: 390 * ms},
 		{ID: 1, Pod: "a", PodUID: "uid-a", Lease: "l0", Kind: ReleaseLate, Fence: 10, Newer: 20, Outcome: ReleaseNoop, Call: 900 * ms, Return: 901 * ms},
@@ -71,7 +75,7 @@ func TestCheckBeliefOverlapSamePod(t *testing.T) {
 func TestCheckBeliefFenceGoesBack(t *testing.T) {
 	g := NewWithT(t)
 	h := withBeliefs()
-	h.Beliefs = append(h.Beliefs, Belief{Lease: "l0", Pod: "c", PodUID: "uid-c", Fence: 15, From: 5100 * ms, To: 5200 * ms})
+	h.Beliefs = append(h.Beliefs, belief("c", 15, 5100*ms, 5200*ms, ""))
 	g.Expect(check(t, h).Violations).To(ConsistOf(ContainSubstring("believed fence 15 of l0 from 5.1s, after b believed the newer fence 20")))
 }
 

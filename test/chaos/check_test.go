@@ -13,6 +13,7 @@ import (
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // The checker's tests feed hand-made histories: a clean one passes, and each
@@ -21,35 +22,61 @@ import (
 
 const ms = time.Millisecond
 
+// attempt is write #id of pod's process to object o, with the fence of l0
+// and the value.
+func attempt(id int, pod string, fence int64, value string, call, ret time.Duration, outcome Outcome, source Source) Attempt {
+	return Attempt{ID: id, Process: pod, Pod: pod, PodUID: types.UID("uid-" + pod), Lease: "l0", Object: "o", Fence: fence, Value: value,
+		Call: call, Return: ret, Outcome: outcome, Source: source}
+}
+
+// holding is pod holding fence of l0 during [from, to], seen via.
+func holding(pod string, fence int64, from, to time.Duration, via Via) Holding {
+	return Holding{Lease: "l0", Pod: pod, PodUID: types.UID("uid-" + pod), Fence: fence, From: from, To: to, Via: via}
+}
+
+// finalRead is the read of o at the end that finds version v.
+func finalRead(v Version) Read {
+	return Read{Object: "o", Fence: v.Fence, Value: v.Value, ResourceVersion: v.ResourceVersion, Call: 5000 * ms, Return: 5010 * ms}
+}
+
+// endsWith makes v the last version of o, the one the final read finds.
+func endsWith(h *History, v Version) {
+	h.Versions["o"] = append(h.Versions["o"], v)
+	h.Final[0] = finalRead(v)
+}
+
 // cleanHistory: pod a holds fence 10 of l0, then pod b fence 20; each writes
 // o while it holds; a stale write of a with fence 10 after the handoff is
 // rejected; the final read shows b's last write.
 func cleanHistory() *History {
-	return &History{
+	h := &History{
 		Attempts: []Attempt{
-			{ID: 0, Process: "a", Pod: "a", PodUID: "uid-a", Lease: "l0", Object: "o", Fence: 10, Value: "a/1", Call: 100 * ms, Return: 110 * ms, Outcome: Accepted, Source: SourceFresh},
-			{ID: 1, Process: "a", Pod: "a", PodUID: "uid-a", Lease: "l0", Object: "o", Fence: 10, Value: "a/2", Call: 200 * ms, Return: 210 * ms, Outcome: Accepted, Source: SourceFresh},
-			{ID: 2, Process: "b", Pod: "b", PodUID: "uid-b", Lease: "l0", Object: "o", Fence: 20, Value: "b/1", Call: 600 * ms, Return: 610 * ms, Outcome: Accepted, Source: SourceFresh},
-			{ID: 3, Process: "a", Pod: "a", PodUID: "uid-a", Lease: "l0", Object: "o", Fence: 10, Value: "a/3", Call: 3000 * ms, Return: 3010 * ms, Outcome: Rejected, Reason: "stale_fence", Source: SourceStale},
+			attempt(0, "a", 10, "a/1", 100*ms, 110*ms, Accepted, SourceFresh),
+			attempt(1, "a", 10, "a/2", 200*ms, 210*ms, Accepted, SourceFresh),
+			attempt(2, "b", 20, "b/1", 600*ms, 610*ms, Accepted, SourceFresh),
+			attempt(3, "a", 10, "a/3", 3000*ms, 3010*ms, Rejected, SourceStale),
 			// Unknown outcome, not applied: it can go after the final read.
-			{ID: 4, Process: "b", Pod: "b", PodUID: "uid-b", Lease: "l0", Object: "o", Fence: 20, Value: "b/2", Call: 3100 * ms, Return: 3200 * ms, Outcome: Unknown, Reason: "client_timeout", Source: SourceFresh},
+			attempt(4, "b", 20, "b/2", 3100*ms, 3200*ms, Unknown, SourceFresh),
 		},
 		Holdings: []Holding{
-			{Lease: "l0", Pod: "a", PodUID: "uid-a", Fence: 10, From: 50 * ms, To: 400 * ms, Via: ViaPod},
-			{Lease: "l0", Pod: "a", PodUID: "uid-a", Fence: 10, From: 40 * ms, To: 420 * ms, Via: ViaStatus},
-			{Lease: "l0", Pod: "b", PodUID: "uid-b", Fence: 20, From: 510 * ms, To: Open, Via: ViaStatus},
-			{Lease: "l0", Pod: "b", PodUID: "uid-b", Fence: 20, From: 550 * ms, To: Open, Via: ViaPod},
+			holding("a", 10, 50*ms, 400*ms, ViaPod),
+			holding("a", 10, 40*ms, 420*ms, ViaStatus),
+			holding("b", 20, 510*ms, Open, ViaStatus),
+			holding("b", 20, 550*ms, Open, ViaPod),
 		},
 		Versions: map[string][]Version{"o": {
 			{Fence: 0, Value: "", ResourceVersion: "1"},
 			{Fence: 10, Value: "a/1", ResourceVersion: "2"},
 			{Fence: 10, Value: "a/2", ResourceVersion: "3"},
-			{Fence: 20, Value: "b/1", ResourceVersion: "4"},
 		}},
 		Gaps:  map[string]bool{},
-		Final: []Read{{Object: "o", Fence: 20, Value: "b/1", ResourceVersion: "4", Call: 5000 * ms, Return: 5010 * ms}},
+		Final: make([]Read, 1),
 		End:   6000 * ms,
 	}
+	h.Attempts[3].Reason = "stale_fence"
+	h.Attempts[4].Reason = "client_timeout"
+	endsWith(h, Version{Fence: 20, Value: "b/1", ResourceVersion: "4"})
+	return h
 }
 
 func check(t *testing.T, h *History) *Result {
@@ -76,8 +103,7 @@ func TestCheckFenceGoesBack(t *testing.T) {
 	h.Attempts[3].Outcome, h.Attempts[3].Reason = Accepted, ""
 	// Pretend a still held fence 10 (so that only the order is wrong).
 	h.Holdings[0].To = Open
-	h.Versions["o"] = append(h.Versions["o"], Version{Fence: 10, Value: "a/3", ResourceVersion: "5"})
-	h.Final[0] = Read{Object: "o", Fence: 10, Value: "a/3", ResourceVersion: "5", Call: 5000 * ms, Return: 5010 * ms}
+	endsWith(h, Version{Fence: 10, Value: "a/3", ResourceVersion: "5"})
 	vis := filepath.Join(t.TempDir(), "porcupine.html")
 	r, err := Check(h, CheckOptions{Window: 100 * ms, LinearizabilityTimeout: 10 * time.Second, Visualization: vis})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -89,6 +115,22 @@ func TestCheckFenceGoesBack(t *testing.T) {
 	g.Expect(string(data)).To(ContainSubstring("<html"))
 }
 
+// TestCheckFenceStaysBelowTheHighest: after going back, the object takes a
+// fence between the two; it is still below the highest one it had.
+func TestCheckFenceStaysBelowTheHighest(t *testing.T) {
+	g := NewWithT(t)
+	h := cleanHistory()
+	h.Holdings[0].To = Open
+	h.Attempts[3].Outcome, h.Attempts[3].Reason = Accepted, ""
+	h.Attempts = append(h.Attempts, attempt(5, "a", 15, "a/4", 3050*ms, 3060*ms, Accepted, SourceStale))
+	h.Versions["o"] = append(h.Versions["o"], Version{Fence: 10, Value: "a/3", ResourceVersion: "5"})
+	endsWith(h, Version{Fence: 15, Value: "a/4", ResourceVersion: "6"})
+	g.Expect(check(t, h).Violations).To(ContainElements(
+		`o went from fence 20 ("b/1", resourceVersion 4) to fence 10 ("a/3", resourceVersion 5)`,
+		`o went from fence 20 ("b/1", resourceVersion 4) to fence 15 ("a/4", resourceVersion 6)`,
+	))
+}
+
 // TestCheckConcurrentWritesMayInterleave: two accepted writes whose calls
 // overlap may be applied in either order; porcupine must find the order
 // that the final read shows, not the order of their calls.
@@ -98,7 +140,7 @@ func TestCheckConcurrentWritesMayInterleave(t *testing.T) {
 	h.Attempts = h.Attempts[:2]
 	h.Attempts[1].Call, h.Attempts[1].Return = 100*ms, 110*ms
 	h.Versions["o"] = []Version{{Value: ""}, {Fence: 10, Value: "a/2", ResourceVersion: "2"}, {Fence: 10, Value: "a/1", ResourceVersion: "3"}}
-	h.Final[0] = Read{Object: "o", Fence: 10, Value: "a/1", ResourceVersion: "3", Call: 5000 * ms, Return: 5010 * ms}
+	h.Final[0] = finalRead(h.Versions["o"][2])
 	g.Expect(check(t, h).Violations).To(BeEmpty())
 	// Had a/2 returned before a/1 was called, a/1 could not be last... and
 	// it is: the reverse is the violation.
@@ -111,8 +153,8 @@ func TestCheckConcurrentWritesMayInterleave(t *testing.T) {
 func TestCheckLostAcknowledgedWrite(t *testing.T) {
 	g := NewWithT(t)
 	h := cleanHistory()
-	h.Final[0] = Read{Object: "o", Fence: 10, Value: "a/2", ResourceVersion: "3", Call: 5000 * ms, Return: 5010 * ms}
 	h.Versions["o"] = h.Versions["o"][:3]
+	h.Final[0] = finalRead(h.Versions["o"][2])
 	r := check(t, h)
 	g.Expect(r.Violations).To(ContainElement(ContainSubstring("not linearizable")))
 	g.Expect(r.Violations).To(ContainElement(`write #2 by b to o was accepted ("b/1", fence 20) but no watch event shows it applied`))
@@ -123,8 +165,7 @@ func TestCheckLostAcknowledgedWrite(t *testing.T) {
 func TestCheckUnknownOutcomeApplied(t *testing.T) {
 	g := NewWithT(t)
 	h := cleanHistory()
-	h.Versions["o"] = append(h.Versions["o"], Version{Fence: 20, Value: "b/2", ResourceVersion: "5"})
-	h.Final[0] = Read{Object: "o", Fence: 20, Value: "b/2", ResourceVersion: "5", Call: 5000 * ms, Return: 5010 * ms}
+	endsWith(h, Version{Fence: 20, Value: "b/2", ResourceVersion: "5"})
 	r := check(t, h)
 	g.Expect(r.Violations).To(BeEmpty())
 	g.Expect(r.UnknownApplied).To(Equal(1))
@@ -135,10 +176,8 @@ func TestCheckUnknownOutcomeApplied(t *testing.T) {
 func TestCheckWriteFromNonHolder(t *testing.T) {
 	g := NewWithT(t)
 	h := cleanHistory()
-	h.Attempts = append(h.Attempts, Attempt{ID: 5, Process: "c", Pod: "c", PodUID: "uid-c", Lease: "l0", Object: "o", Fence: 20, Value: "c/1",
-		Call: 700 * ms, Return: 710 * ms, Outcome: Accepted, Source: SourceImpostor})
-	h.Versions["o"] = append(h.Versions["o"], Version{Fence: 20, Value: "c/1", ResourceVersion: "5"})
-	h.Final[0] = Read{Object: "o", Fence: 20, Value: "c/1", ResourceVersion: "5", Call: 5000 * ms, Return: 5010 * ms}
+	h.Attempts = append(h.Attempts, attempt(5, "c", 20, "c/1", 700*ms, 710*ms, Accepted, SourceImpostor))
+	endsWith(h, Version{Fence: 20, Value: "c/1", ResourceVersion: "5"})
 	r := check(t, h)
 	g.Expect(r.Violations).To(HaveLen(1))
 	g.Expect(r.Violations[0]).To(HavePrefix("write #5 by c (pod c) with fence 20 to o accepted during [700ms, 710ms], but the pod did not hold fence 20 of l0 then"))

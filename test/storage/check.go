@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/fencedlease/fencedlease/internal/invariant"
 )
 
 // Attempt is one write attempt of a writer process, as testdata/writer
@@ -109,17 +111,33 @@ func Check(history []Attempt, grants []Grant) []Violation {
 	for _, k := range keys {
 		out = append(out, checkOrder(k, byKey[k])...)
 	}
+	return append(out, checkGrants(history, grants)...)
+}
+
+// checkGrants checks the grants, committed in the order the Lease's watch
+// saw them (internal/invariant's Grants: fences grow, one pod a fence), and
+// every accepted gateway write against them: its fence was granted to the
+// writing pod (Grants.GrantedTo), and it began before the watch saw that
+// grant end. The storage chaos has one FencedLease: its Lease is "".
+func checkGrants(history []Attempt, grants []Grant) []Violation {
+	var out []Violation
+	committed := invariant.NewGrants()
 	byFence := map[int64]Grant{}
 	for _, g := range grants {
-		byFence[g.Fence] = g
+		for _, v := range committed.Commit(invariant.Grant{Fence: g.Fence, Holder: g.HolderUID, At: g.Seen.UnixNano()}) {
+			out = append(out, Violation{string(v.Rule), v.Detail})
+		}
+		if _, ok := byFence[g.Fence]; !ok {
+			byFence[g.Fence] = g
+		}
 	}
 	for _, a := range history {
 		if a.Result != "accepted" || a.Way != "gateway" {
 			continue
 		}
-		g, ok := byFence[a.Fence]
+		g := byFence[a.Fence]
 		switch {
-		case !ok || g.HolderUID != a.UID:
+		case !committed.GrantedTo("", a.Fence, a.UID):
 			out = append(out, Violation{NotHolder, fmt.Sprintf("%s (pod %s, UID %s) wrote %s with fence %d, granted to UID %q", a.Op, a.Pod, a.UID, a.Key, a.Fence, g.HolderUID)})
 		case !g.Ended.IsZero() && g.Ended.UnixNano() < a.Call:
 			out = append(out, Violation{AfterGrantEnded, fmt.Sprintf("%s (pod %s) wrote %s with fence %d at %s, %s after the grant ended",
@@ -129,26 +147,25 @@ func Check(history []Attempt, grants []Grant) []Violation {
 	return out
 }
 
-// checkOrder checks one key: no accepted write has a lower fence than an
-// accepted write that returned before it was called.
+// checkOrder checks one key (internal/invariant's Order): no accepted write
+// has a lower fence than an accepted write that returned before it was
+// called. Writes whose calls overlap may land in either order.
 func checkOrder(key string, accepted []Attempt) []Violation {
 	byReturn := slices.Clone(accepted)
 	slices.SortFunc(byReturn, func(a, b Attempt) int { return cmp.Compare(a.Return, b.Return) })
 	byCall := slices.Clone(accepted)
 	slices.SortFunc(byCall, func(a, b Attempt) int { return cmp.Compare(a.Call, b.Call) })
+	order := invariant.NewOrder[Attempt]()
 	var out []Violation
-	var maxDone *Attempt
 	i := 0
 	for _, b := range byCall {
-		for i < len(byReturn) && byReturn[i].Return < b.Call {
-			if maxDone == nil || byReturn[i].Fence > maxDone.Fence {
-				maxDone = &byReturn[i]
-			}
-			i++
+		for ; i < len(byReturn) && byReturn[i].Return < b.Call; i++ {
+			order.Record(key, invariant.Write[Attempt]{Fence: byReturn[i].Fence, Of: byReturn[i]})
 		}
-		if maxDone != nil && b.Fence < maxDone.Fence {
+		if high, stale := order.Check(key, invariant.Write[Attempt]{Fence: b.Fence, Of: b}); stale {
+			done := high.Of
 			out = append(out, Violation{FenceWentBack, fmt.Sprintf("%s: %s (pod %s) accepted with fence %d after %s (pod %s) was accepted with fence %d",
-				key, b.Op, b.Pod, b.Fence, maxDone.Op, maxDone.Pod, maxDone.Fence)})
+				key, b.Op, b.Pod, b.Fence, done.Op, done.Pod, done.Fence)})
 		}
 	}
 	return out

@@ -11,6 +11,13 @@ import (
 
 func at(ms int64) int64 { return time.UnixMilli(1_000_000 + ms).UnixNano() }
 
+// kindOf is the attempt a made of another kind: an alias (path) or a replay
+// (code).
+func kindOf(a storage.Attempt, kind, path, code string) storage.Attempt {
+	a.Kind, a.Path, a.Code = kind, path, code
+	return a
+}
+
 // TestCheck feeds the checker histories with and without violations: a
 // checker that found nothing would pass every chaos run.
 func TestCheck(t *testing.T) {
@@ -24,7 +31,9 @@ func TestCheck(t *testing.T) {
 	tests := []struct {
 		name    string
 		history []storage.Attempt
-		want    []string
+		// grants, when set, replace the grants of fences 10 and 20.
+		grants []storage.Grant
+		want   []string
 	}{
 		{name: "clean", history: []storage.Attempt{
 			w("a1", "a", "gateway", "k", 10, 0, 10, "accepted"),
@@ -54,33 +63,46 @@ func TestCheck(t *testing.T) {
 			w("a1", "a", "gateway", "k", 10, 150, 160, "accepted"),
 		}, want: []string{"accepted after its grant had ended: a1 (pod a) wrote k with fence 10 at " + time.Unix(0, at(150)).Format(time.RFC3339Nano) + ", 50ms after the grant ended"}},
 		{name: "an alias accepted", history: []storage.Attempt{
-			func() storage.Attempt {
-				a := w("a1", "a", "gateway", "k", 10, 0, 10, "accepted")
-				a.Kind, a.Path = "alias", "./k"
-				return a
-			}(),
+			kindOf(w("a1", "a", "gateway", "k", 10, 0, 10, "accepted"), "alias", "./k", ""),
 		}, want: []string{`accepted through a path alias: a1 (pod a) wrote "./k", an alias of k, with fence 10`}},
 		{name: "a replay answered already applied writes nothing", history: []storage.Attempt{
 			w("b1", "b", "pointer", "p", 20, 110, 120, "accepted"),
-			func() storage.Attempt {
-				a := w("a1", "a", "pointer", "p", 10, 130, 140, "accepted")
-				a.Kind, a.Code = "replay", "AlreadyApplied"
-				return a
-			}(),
+			kindOf(w("a1", "a", "pointer", "p", 10, 130, 140, "accepted"), "replay", "", "AlreadyApplied"),
 		}},
 		{name: "an operation applied twice", history: []storage.Attempt{
 			w("a1", "a", "pointer", "p", 10, 0, 10, "accepted"),
-			func() storage.Attempt {
-				a := w("a1", "a", "pointer", "p", 10, 30, 40, "accepted")
-				a.Kind, a.Code = "replay", "Applied"
-				return a
-			}(),
+			kindOf(w("a1", "a", "pointer", "p", 10, 30, 40, "accepted"), "replay", "", "Applied"),
 		}, want: []string{"operation applied twice: a1 applied with fence 10 and again with fence 10 (replay)"}},
+		{name: "the stale write below the highest returned, not the last", history: []storage.Attempt{
+			w("b1", "b", "pointer", "k", 20, 110, 120, "accepted"),
+			w("a1", "a", "pointer", "k", 10, 130, 140, "accepted"),
+			w("a2", "a", "pointer", "k", 15, 150, 160, "accepted"),
+		}, want: []string{
+			"fence went back: pointer/k: a1 (pod a) accepted with fence 10 after b1 (pod b) was accepted with fence 20",
+			"fence went back: pointer/k: a2 (pod a) accepted with fence 15 after b1 (pod b) was accepted with fence 20",
+		}},
+		{name: "grants out of order", grants: []storage.Grant{
+			{Fence: 20, HolderUID: "b", Seen: time.UnixMilli(1_000_000)},
+			{Fence: 10, HolderUID: "a", Seen: time.UnixMilli(1_000_100)},
+		}, want: []string{"granted fence did not grow: fence 10 granted to pod UID a after fence 20 was granted to pod UID b"}},
+		{name: "one fence granted to two pods", grants: []storage.Grant{
+			{Fence: 10, HolderUID: "a", Seen: time.UnixMilli(1_000_000), Ended: time.UnixMilli(1_000_100)},
+			{Fence: 10, HolderUID: "b", Seen: time.UnixMilli(1_000_100)},
+		}, history: []storage.Attempt{
+			w("b1", "b", "gateway", "k", 10, 110, 120, "accepted"),
+		}, want: []string{
+			"one fence granted to two pods: fence 10 granted to pod UID b, but it was granted to pod UID a before",
+			`accepted from a pod that did not hold that fence: b1 (pod b, UID b) wrote k with fence 10, granted to UID "a"`,
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			gs := grants
+			if tc.grants != nil {
+				gs = tc.grants
+			}
 			var got []string
-			for _, v := range storage.Check(tc.history, grants) {
+			for _, v := range storage.Check(tc.history, gs) {
 				got = append(got, v.String())
 			}
 			NewWithT(t).Expect(got).To(Equal(tc.want))

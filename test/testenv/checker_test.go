@@ -24,6 +24,20 @@ var env *Env
 
 func TestMain(m *testing.M) { Main(m, &env) }
 
+// testNamespace needs a control plane and makes a namespace for the test,
+// with a context that ends within a minute or with the test.
+func testNamespace(t *testing.T, prefix string) (context.Context, string) {
+	t.Helper()
+	harness.Needs(t, harness.ControlPlane)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	ns, err := Namespace(ctx, env.Client, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, ns
+}
+
 // shortWatches makes the API server end every watch after a second, as it
 // ends every watch after a few minutes in a long run.
 type shortWatches struct {
@@ -48,13 +62,7 @@ func (s *shortWatches) Watch(ctx context.Context, list client.ObjectList, opts .
 // TestFollowResumesClosedWatches: every change is seen once, in order,
 // although the API server closes the watch every second.
 func TestFollowResumesClosedWatches(t *testing.T) {
-	harness.Needs(t, harness.ControlPlane)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	ns, err := Namespace(ctx, env.Client, "follow")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, ns := testNamespace(t, "follow")
 	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: setup.Scheme()})
 	if err != nil {
 		t.Fatal(err)
@@ -102,16 +110,11 @@ func TestFollowResumesClosedWatches(t *testing.T) {
 	}
 }
 
-// TestHolderCheckerSeesViolations: the checker reports two holders at once
-// and a fence that goes back, which a checker that watches nothing would miss.
+// TestHolderCheckerSeesViolations: the checker reports two holders at once,
+// a fence that goes back and a fence published to a second pod, which a
+// checker that watches nothing would miss.
 func TestHolderCheckerSeesViolations(t *testing.T) {
-	harness.Needs(t, harness.ControlPlane)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	ns, err := Namespace(ctx, env.Client, "checker")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, ns := testNamespace(t, "checker")
 	hc, err := WatchHolders(ctx, env.Config, ns)
 	if err != nil {
 		t.Fatal(err)
@@ -151,4 +154,6 @@ func TestHolderCheckerSeesViolations(t *testing.T) {
 	publish("b", "10")
 	wait("pod b got fence 10 of FencedLease db after fence 20 was published")
 	wait("2 pods published as holder of FencedLease db at once")
+	publish("b", "20")
+	wait("pod b got fence 20 of FencedLease db, which was published to pod a")
 }
