@@ -80,7 +80,7 @@ func slowWrites(d time.Duration, writes *writeCounts) func(client.Client) client
 // about 20 could be renewed every renew interval. Renewals go first and
 // are stretched towards the lease's end when they run late
 // (internal/pace), so every FencedLease is held in the end, and no held
-// grant ever expires for the operator's being busy (DESIGN §3, renewals
+// grant ever expires for the operator's being busy (design.md, "Renewals first", renewals
 // never starve): no Lease is granted twice, since each has one pod that
 // stays ready throughout.
 //

@@ -501,7 +501,7 @@ var errHeldElsewhere = errors.New("published as the holder of another FencedLeas
 // its holder, the pod would lose the first one's fence while that grant
 // still holds, and the first, seeing the pod selected again, would publish
 // the same fence to it once more: authority re-acquired silently for the
-// same grant (DESIGN §6, invariant 5). The first FencedLease ends its grant
+// same grant (design.md, invariant 5). The first FencedLease ends its grant
 // once it sees the pod no longer selected, and clears the pod; the pod's
 // change brings the second back.
 func (r *Reconciler) heldElsewhere(ctx context.Context, fl *fencingv1alpha1.FencedLease, pod metav1.Object) error {

@@ -5,7 +5,7 @@
 // namespace (its namespaceSelector evaluated against the namespace's labels,
 // as the API server does).
 //
-// A FencedLease in a namespace that is not covered must say so (DESIGN §4):
+// A FencedLease in a namespace that is not covered must say so (design.md, "Enforcement"):
 // protection that silently is not there is worse than none. The decision is
 // the pure function Check; Checker feeds it from a cache of its own that
 // holds that one configuration, by name, and the metadata of namespaces, and

@@ -35,7 +35,7 @@ type Served struct {
 // Unhonourable says why the fencing webhook cannot protect the objects of a
 // listed resource whatever it decides, "" when it can: a wildcard (it would
 // send pods and leases, and resources of every scope); pods or leases, which
-// it never intercepts (DESIGN §4: the operator's own records and the
+// it never intercepts (design.md, "Enforcement": the operator's own records and the
 // holders themselves); a cluster-scoped resource (the protected-by label
 // names a FencedLease of the object's namespace, and such an object has
 // none); a resource served by an aggregated API server (its admission is its

@@ -21,7 +21,7 @@ import (
 // webhooks read that cache), with the time the cache saw each change, on the
 // run's clock. Compared with the status as etcd applied it (the history's
 // status holdings), it measures how far the webhook's view lagged behind,
-// which is the admission window of DESIGN §6, invariant 4: a write the
+// which is the admission window of design.md, invariant 4: a write the
 // webhook admits on a grant its cache still shows, after the grant ended.
 // It explains, never excuses: the checks are unchanged.
 type webhookView struct {

@@ -23,7 +23,7 @@ import (
 	"github.com/fencedlease/fencedlease/test/testenv"
 )
 
-// TestPartitionedHolderStopsOnItsOwnClockOnARealKubelet (DESIGN §3a, the
+// TestPartitionedHolderStopsOnItsOwnClockOnARealKubelet (design.md, "Holder renewal", the
 // seeds' holder state machine, on real containers): with holder renewal,
 // the holder pod's fence run reaches the API server through a proxy the
 // test controls (its own service-account directory, FENCE_SERVICEACCOUNT_DIR,
