@@ -42,12 +42,12 @@ func TestLeaseReadFromTheAPIServerWhileTheCacheIsAhead(t *testing.T) {
 		t.Fatalf("cache ahead: planned on %v (%v), want the stored 254", got.ResourceVersion, err)
 	}
 	// The cache catches up: back to the cache, for good.
-	if got, _ := r.leaseBehindCache(t.Context(), key, leaseAt("254", "u1")); got.ResourceVersion != "254" || r.mem.isAhead(key) {
-		t.Fatalf("caught up: planned on %v, ahead %v; want the cache, not ahead", got.ResourceVersion, r.mem.isAhead(key))
+	if got, _ := r.leaseBehindCache(t.Context(), key, leaseAt("254", "u1")); got.ResourceVersion != "254" || r.mem.aheadOf(key, leaseCache) {
+		t.Fatalf("caught up: planned on %v, ahead %v; want the cache, not ahead", got.ResourceVersion, r.mem.aheadOf(key, leaseCache))
 	}
 	// A Lease created anew (another UID) is no restore.
 	r.checkCacheAhead(t.Context(), &scope{key: key, lease: leaseAt("900", "u2")})
-	if r.mem.isAhead(key) {
+	if r.mem.aheadOf(key, leaseCache) {
 		t.Fatal("a Lease of another UID counted as a cache ahead of the store")
 	}
 }
@@ -65,21 +65,28 @@ func TestStoreGoingBackIsSeenOnTheHeartbeat(t *testing.T) {
 	r.once.Do(r.defaults)
 	keys := []types.NamespacedName{{Namespace: "ns", Name: "a"}, {Namespace: "ns", Name: "b"}}
 	for _, k := range keys {
-		r.mem.setAhead(k, false)
+		r.mem.caughtUp(k, leaseCache)
 	}
 	r.mem.sawBeat(beatLease("583", 40))
 
 	r.sawLiveBeat(t.Context(), beatLease("590", 41))
-	if r.mem.isAhead(keys[0]) || len(r.mem.takeWentBack()) != 0 {
+	if r.mem.aheadOf(keys[0], leaseCache) || len(r.mem.takeWentBack()) != 0 {
 		t.Fatal("a newer heartbeat marked the caches ahead")
 	}
 
 	clk.SetTime(t0.Add(time.Second))
 	r.sawLiveBeat(t.Context(), beatLease("280", 20))
 	for _, k := range keys {
-		if !r.mem.isAhead(k) {
-			t.Fatalf("%s not read from the API server after the store went back", k)
+		for _, c := range []cache{leaseCache, fencedLeaseCache, podCache} {
+			if !r.mem.aheadOf(k, c) {
+				t.Fatalf("%s: cache %d not read around after the store went back", k, c)
+			}
 		}
+	}
+	// Each cache catches up on its own.
+	r.mem.caughtUp(keys[0], podCache)
+	if r.mem.aheadOf(keys[0], podCache) || !r.mem.aheadOf(keys[0], leaseCache) || !r.mem.aheadOf(keys[0], fencedLeaseCache) {
+		t.Fatal("the pod cache caught up: want only it no longer ahead")
 	}
 	if woken := r.mem.takeWentBack(); len(woken) != len(keys) {
 		t.Fatalf("woke %v, want every FencedLease once", woken)
@@ -119,7 +126,7 @@ func TestFencedLeaseReadFromTheAPIServerWhileTheCacheIsAhead(t *testing.T) {
 		Clock: clocktesting.NewFakePassiveClock(time.Unix(0, 0)), Heartbeat: &Heartbeat{Namespace: "op", Name: "hb"}}
 	r.once.Do(r.defaults)
 	key := types.NamespacedName{Namespace: "ns", Name: "db"}
-	r.mem.setAhead(key, false)
+	r.mem.caughtUp(key, leaseCache)
 
 	if got, err := r.fencedLeaseBehindCache(t.Context(), fl("577")); err != nil || got.ResourceVersion != "577" {
 		t.Fatalf("read %v, %v before the store was seen going back, want the cached 577", got, err)

@@ -131,9 +131,7 @@ func (r *Reconciler) listPods(ctx context.Context, fl *fencingv1alpha1.FencedLea
 	if selected, marked, err = r.listCachedPods(ctx, fl, sel); err != nil {
 		return nil, nil, err
 	}
-	var ahead bool
-	r.mem.with(key, func(mem *memory) { ahead = mem.podsAhead })
-	if !ahead {
+	if !r.mem.aheadOf(key, podCache) {
 		return selected, marked, nil
 	}
 	var liveSelected, liveMarked corev1.PodList
@@ -144,7 +142,7 @@ func (r *Reconciler) listPods(ctx context.Context, fl *fencingv1alpha1.FencedLea
 		return nil, nil, fmt.Errorf("list pods marked for FencedLease %s/%s from the API server: %w", fl.Namespace, fl.Name, err)
 	}
 	if !podsAhead(slices.Concat(selected, marked), slices.Concat(liveSelected.Items, liveMarked.Items)) {
-		r.mem.with(key, func(mem *memory) { mem.podsAhead = false })
+		r.mem.caughtUp(key, podCache)
 		return selected, marked, nil
 	}
 	return liveSelected.Items, liveMarked.Items, nil

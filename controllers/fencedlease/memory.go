@@ -31,18 +31,13 @@ type memory struct {
 	// refusal is the last grant refused for a fence regression
 	// (regression.go).
 	refusal *refusal
-	// ahead is set while the Lease cache holds a version that the API
-	// server's store does not have (the store went back: a restore); the
-	// Lease is read from the API server until the cache catches up
-	// (regression.go).
-	ahead bool
-	// fencedLeaseAhead is the same for the cache of the FencedLease: its
-	// status patches, planned on a version the store lost, would conflict
-	// until that cache lists again (regression.go).
-	fencedLeaseAhead bool
-	// podsAhead is the same for the cache of its pods, whose writes carry
-	// the versions read (inputs.go).
-	podsAhead bool
+	// ahead are the caches that may hold versions the API server's store
+	// does not have: it went back in time (a restore, storeWentBack). Each
+	// is read around, from the API server, until it catches up: the
+	// Lease's (regression.go), the FencedLease's, whose status patches
+	// planned on a lost version would conflict (regression.go), and the
+	// pods', whose writes carry the versions read (inputs.go).
+	ahead cache
 	// published is this process's last publication of a holder, with the
 	// pod's resourceVersion it wrote (publish.go).
 	published ownPublication
@@ -67,6 +62,35 @@ type memories struct {
 	// firstRetry, doubling with every such look in a row, up to
 	// conflictRetry; a look that finds its inputs current resets it.
 	retries workqueue.TypedRateLimiter[types.NamespacedName]
+}
+
+// cache names one of the caches a reconcile reads.
+type cache uint8
+
+const (
+	leaseCache cache = 1 << iota
+	fencedLeaseCache
+	podCache
+)
+
+// storeWentBack records that every cache may be ahead of a store that went
+// back in time, and forgets this process's own last publication, whose
+// version the store may have lost: the one state that both ways of finding
+// it (a conflict, checkCacheAhead; the heartbeat, sawStoreGoBack) set.
+func (mem *memory) storeWentBack() {
+	mem.ahead, mem.published = leaseCache|fencedLeaseCache|podCache, ownPublication{}
+}
+
+// aheadOf says whether cache c of key may be ahead of the store.
+func (m *memories) aheadOf(key types.NamespacedName, c cache) bool {
+	var ahead bool
+	m.with(key, func(mem *memory) { ahead = mem.ahead&c != 0 })
+	return ahead
+}
+
+// caughtUp records that cache c of key holds nothing the store lost.
+func (m *memories) caughtUp(key types.NamespacedName, c cache) {
+	m.with(key, func(mem *memory) { mem.ahead &^= c })
 }
 
 func newMemories(c clock.PassiveClock) *memories {

@@ -419,7 +419,7 @@ func (m *memories) publishedLately(key types.NamespacedName, pod *corev1.Pod, fe
 	var lately bool
 	m.with(key, func(mem *memory) {
 		p := mem.published
-		if mem.podsAhead || p.uid != pod.UID || p.fence != fence || p.rv == "" {
+		if mem.ahead&podCache != 0 || p.uid != pod.UID || p.fence != fence || p.rv == "" {
 			return
 		}
 		lately = record.Newer(p.rv, pod.ResourceVersion)

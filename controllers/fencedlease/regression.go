@@ -121,10 +121,7 @@ func (r *Reconciler) checkCacheAhead(ctx context.Context, s *scope) {
 	if live.UID == s.lease.UID && record.MaybeNewer(s.lease.ResourceVersion, live.ResourceVersion) {
 		ctrl.LoggerFrom(ctx).Info("The Lease cache is ahead of the API server's store (was etcd restored?); reading the Lease from the API server until it catches up",
 			"lease", klog.KObj(live), "cached", s.lease.ResourceVersion, "stored", live.ResourceVersion)
-		r.mem.setAhead(s.key, true)
-		r.mem.with(s.key, func(mem *memory) {
-			mem.fencedLeaseAhead, mem.podsAhead, mem.published = true, true, ownPublication{}
-		})
+		r.mem.with(s.key, (*memory).storeWentBack)
 	}
 }
 
@@ -132,7 +129,7 @@ func (r *Reconciler) checkCacheAhead(ctx context.Context, s *scope) {
 // the cache is ahead of the store (checkCacheAhead), the API server's, until
 // the cache holds that version or a newer one.
 func (r *Reconciler) leaseBehindCache(ctx context.Context, key types.NamespacedName, cached *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	if !r.mem.isAhead(key) {
+	if !r.mem.aheadOf(key, leaseCache) {
 		return cached, nil
 	}
 	live := &coordinationv1.Lease{}
@@ -140,22 +137,10 @@ func (r *Reconciler) leaseBehindCache(ctx context.Context, key types.NamespacedN
 		return nil, fmt.Errorf("read Lease %s from the API server, its cache being ahead of the store: %w", klog.KObj(cached), err)
 	}
 	if live.UID != cached.UID || !record.MaybeNewer(cached.ResourceVersion, live.ResourceVersion) {
-		r.mem.setAhead(key, false)
+		r.mem.caughtUp(key, leaseCache)
 		return cached, nil
 	}
 	return live, nil
-}
-
-// setAhead records whether the Lease cache of key is ahead of the store.
-func (m *memories) setAhead(key types.NamespacedName, ahead bool) {
-	m.with(key, func(mem *memory) { mem.ahead = ahead })
-}
-
-// isAhead says whether the Lease cache of key was found ahead of the store.
-func (m *memories) isAhead(key types.NamespacedName) bool {
-	var ahead bool
-	m.with(key, func(mem *memory) { ahead = mem.ahead })
-	return ahead
 }
 
 // sawLiveBeat records a version of the heartbeat read from the API server.
@@ -186,7 +171,7 @@ func (m *memories) sawStoreGoBack(l *coordinationv1.Lease) (seen string, back bo
 	}
 	m.beat = beatSeen{rv: l.ResourceVersion, beats: beatsOf(l), changedAt: m.beat.changedAt, ahead: maxVersion(m.beat.ahead, seen)}
 	for _, mem := range m.byKey {
-		mem.ahead, mem.fencedLeaseAhead, mem.podsAhead, mem.published = true, true, true, ownPublication{}
+		mem.storeWentBack()
 	}
 	m.wentBack = true
 	return seen, true
@@ -232,9 +217,7 @@ func maxVersion(a, b string) string {
 // the cache lists again.
 func (r *Reconciler) fencedLeaseBehindCache(ctx context.Context, cached *fencingv1alpha1.FencedLease) (*fencingv1alpha1.FencedLease, error) {
 	key := client.ObjectKeyFromObject(cached)
-	var ahead bool
-	r.mem.with(key, func(mem *memory) { ahead = mem.fencedLeaseAhead })
-	if !ahead {
+	if !r.mem.aheadOf(key, fencedLeaseCache) {
 		return cached, nil
 	}
 	live := &fencingv1alpha1.FencedLease{}
@@ -242,7 +225,7 @@ func (r *Reconciler) fencedLeaseBehindCache(ctx context.Context, cached *fencing
 		return nil, fmt.Errorf("read FencedLease %s from the API server, its cache being ahead of the store: %w", klog.KObj(cached), err)
 	}
 	if live.UID != cached.UID || !record.MaybeNewer(cached.ResourceVersion, live.ResourceVersion) {
-		r.mem.with(key, func(mem *memory) { mem.fencedLeaseAhead = false })
+		r.mem.caughtUp(key, fencedLeaseCache)
 		return cached, nil
 	}
 	r.mem.unwritten(key)
