@@ -273,3 +273,16 @@ func tail(s string, n int) string {
 	}
 	return s
 }
+
+// paceLines are the lines of an operator's log in which its pace says that
+// first grants stop or start being admitted (controllers/fencedlease,
+// pacer.report), in order.
+func paceLines(log string) []string {
+	var out []string
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, "First grants wait") || strings.Contains(line, "Admitting first grants again") {
+			out = append(out, strings.TrimSpace(line))
+		}
+	}
+	return out
+}

@@ -33,11 +33,14 @@ type result struct {
 	// Ceiling is the API server's rate for the writes of first grants in
 	// this run, and ColdShare the cold start's share of it (1 would be as
 	// fast as the API server takes the writes the operator makes).
-	Ceiling   ceiling   `json:"ceiling"`
-	ColdShare float64   `json:"cold_share"`
-	Steady    window    `json:"steady"`
-	Restarts  []restart `json:"restarts"`
-	ClientGo  clientGo  `json:"client_go"`
+	Ceiling   ceiling `json:"ceiling"`
+	ColdShare float64 `json:"cold_share"`
+	// ColdPace is what the operator's pace logged while the cold start ran:
+	// each time first grants stopped or started being admitted, and why.
+	ColdPace []string  `json:"cold_pace,omitempty"`
+	Steady   window    `json:"steady"`
+	Restarts []restart `json:"restarts"`
+	ClientGo clientGo  `json:"client_go"`
 }
 
 // progress is how many FencedLeases were held and published so long after

@@ -209,6 +209,10 @@ func TestScale(t *testing.T) {
 		t.Logf("cold start: %.2f of the ceiling (%.1f first grants a second × %.2f writes each, over %.0f writes a second)",
 			res.ColdShare, float64(leases)/res.ColdStart, sum(res.ColdWritesPerGrant), res.Ceiling.WritesPerSecond)
 	}
+	res.ColdPace = paceLines(op.out.String())
+	for _, line := range res.ColdPace {
+		t.Logf("cold start: the operator's pace: %s", line)
+	}
 	// The steady state, also when not all are held: the grants the operator
 	// holds must stay unchanged however far past its capacity it is.
 	steadyState(t, g, &res, op, w, steady, leases)
