@@ -167,10 +167,16 @@ func TestCacheLag(t *testing.T) {
 	a, _, n, asA, asB := f.holderAndStandby()
 	key := types.NamespacedName{Namespace: f.ns, Name: "db"}
 	obj := func(name string) string { return fmt.Sprintf("ConfigMap %s/%s", f.ns, name) }
+	// reads checks the reads from the API server so far: the FencedLeases
+	// exactly (the cache never decides, and is read around only when it
+	// lacks the FencedLease), the Leases at least one per decision. The API
+	// server may call the webhook again for one request, after a call that
+	// failed on a busy machine; that is one more Lease read, never a
+	// decision without one.
 	reads := func(fencedLeases, leases int32) {
 		t.Helper()
-		f.g.Expect([]int32{api.fencedLeases.Load(), api.leases.Load()}).To(Equal([]int32{fencedLeases, leases}),
-			"reads from the API server: FencedLeases, Leases")
+		f.g.Expect(api.fencedLeases.Load()).To(Equal(fencedLeases), "FencedLease reads from the API server")
+		f.g.Expect(api.leases.Load()).To(BeNumerically(">=", leases), "Lease reads from the API server")
 	}
 
 	// Every write by a pod reads the Lease, one read.
