@@ -106,9 +106,8 @@ type scope struct {
 	// next reconcile.
 	stale bool
 	// behind is set while the FencedLease's grant was found expired and its
-	// re-grant waits behind the renewals (expiry.go); deferred when this
-	// reconcile found it so, and wrote nothing.
-	behind, deferred bool
+	// re-grant waits behind the renewals (plan.Behind).
+	behind bool
 	// again is set when a pod changed under a write of this reconcile, or a
 	// publication waits for the caches: look again soon. Unlike stale, the
 	// status is still recorded.
@@ -175,7 +174,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			return ctrl.Result{}, err
 		}
 		result = soonest(result, res)
-		if s.stale || s.deferred || s.lease == nil {
+		if s.stale || s.plan.Deferred || s.lease == nil {
 			break
 		}
 	}

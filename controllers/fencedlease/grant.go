@@ -64,10 +64,10 @@ func firstRenewal(key types.NamespacedName, interval time.Duration) time.Duratio
 
 // reconcileGrant decides the next write to the Lease and makes it, in
 // three parts: gather what the decision needs (the grant as recorded, this
-// process's clock of it, the timing as paced, a handoff request), decide
-// (holder.Decide, pure, then the pace's admission of a first grant and the
-// deferral of a re-grant behind the renewals), and apply the write the plan
-// calls for, each a compare-and-swap on the Lease as read.
+// process's clock of it, the timing as paced, a handoff request, the
+// operator's gates), decide (holder.Decide, pure: the plan the Lease calls
+// for, passed through the gates in order), and apply the plan, each write a
+// compare-and-swap on the Lease as read.
 func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result, error) {
 	res, err := r.decideAndApply(ctx, s)
 	if err == nil && !s.stale && unsaved(s.lease) {
@@ -81,23 +81,22 @@ func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result,
 
 func (r *Reconciler) decideAndApply(ctx context.Context, s *scope) (ctrl.Result, error) {
 	in, err := r.gatherGrant(ctx, s)
-	if err != nil {
+	if err != nil || s.stale {
 		return ctrl.Result{}, err
 	}
-	if res, ended, err := r.endRestoredGrant(ctx, s, in.view); ended || err != nil {
-		return res, err
-	}
-	r.decideGrant(ctx, s, in)
-	if s.deferred {
-		return ctrl.Result{RequeueAfter: behindRenewals}, nil
+	s.plan = holder.Decide(in.decision)
+	r.planned(ctx, s, in)
+	if s.plan.Deferred {
+		return ctrl.Result{RequeueAfter: s.plan.RequeueAfter}, nil
 	}
 	return r.applyGrant(ctx, s, in)
 }
 
 // grantInputs are what a grant decision is made on.
 type grantInputs struct {
-	view holder.Lease
-	clk  holder.Clock
+	decision holder.Input
+	view     holder.Lease
+	clk      holder.Clock
 	// policy is the spec's timing; paced the timing the pace renews at.
 	policy, paced holder.Policy
 	// handoff is the handoff request not handled yet, if pending.
@@ -106,8 +105,14 @@ type grantInputs struct {
 }
 
 // gatherGrant reads the grant as the Lease records it, observes it on this
-// process's clock, and works out the timing and any handoff request.
+// process's clock, and works out the timing, any handoff request and the
+// operator's gates. A held grant whose version is below the fence floor is
+// read again from the API server first (readRestored).
 func (r *Reconciler) gatherGrant(ctx context.Context, s *scope) (grantInputs, error) {
+	floor := r.fenceFloor(s)
+	if err := r.readRestored(ctx, s, floor); err != nil || s.stale {
+		return grantInputs{}, err
+	}
 	in := grantInputs{view: holder.LeaseOf(s.lease), policy: r.policyOf(s.fl)}
 	committed := int64(0)
 	if in.view.State == holder.StateHeld {
@@ -127,7 +132,30 @@ func (r *Reconciler) gatherGrant(ctx context.Context, s *scope) (grantInputs, er
 	if r.mem.inherited(s.key) {
 		in.paced.RenewInterval = firstRenewal(s.key, in.paced.RenewInterval)
 	}
+	in.decision = holder.Input{
+		Policy:           in.paced,
+		Lease:            in.view,
+		Clock:            in.clk,
+		Candidates:       s.pods.candidates,
+		HandoffRequested: in.pending,
+		Gates:            r.gates(s, in.view, floor, in.clk.Now),
+	}
 	return in, nil
+}
+
+// gates are what this operator holds a FencedLease's plan to: the fence
+// floor, a refusal still waited out, its admission of first grants, and
+// whether it deferred the current grant's expiry already.
+func (r *Reconciler) gates(s *scope, view holder.Lease, floor int64, now time.Time) holder.Gates {
+	g := holder.Gates{Floor: floor, DeferExpiry: !r.mem.expired(s.key)}
+	if !unsaved(s.lease) {
+		g.LeaseVersion = s.lease.ResourceVersion
+	}
+	g.RefusedFor, g.Refused = r.mem.stillRefused(s.key)
+	if view.State == holder.StateFree {
+		g.Closed = r.pace.closed(now)
+	}
+	return g
 }
 
 // policyOf is the FencedLease's policy for this operator: with its
@@ -182,20 +210,18 @@ func (r *Reconciler) vouchedClock(ctx context.Context, s *scope, view holder.Lea
 	return nil
 }
 
-// decideGrant makes the plan: holder.Decide's, then a first grant the pace
-// does not admit waits, and a re-grant after an expiry goes behind the
-// renewals.
-func (r *Reconciler) decideGrant(ctx context.Context, s *scope, in grantInputs) {
-	s.plan = holder.Decide(holder.Input{
-		Policy:           in.paced,
-		Lease:            in.view,
-		Clock:            in.clk,
-		Candidates:       s.pods.candidates,
-		HandoffRequested: in.pending,
-	})
-	r.pace.admit(s, in.view, in.policy, in.clk.Now)
-	r.deferExpired(ctx, s, in.clk.Now)
-	if s.deferred {
+// planned keeps this process's account of the plan before it is applied:
+// the first grants' budget it spends, whether its re-grant waits behind
+// the renewals, and the outcome for the metrics.
+func (r *Reconciler) planned(ctx context.Context, s *scope, in grantInputs) {
+	if s.plan.Spends {
+		r.pace.spend(in.clk.Now)
+	}
+	r.mem.setExpired(s.key, s.plan.Behind)
+	s.behind = s.plan.Behind
+	if s.plan.Deferred {
+		r.pace.expired(in.clk.Now)
+		ctrl.LoggerFrom(ctx).V(1).Info("Grant expired unrenewed; re-granting it behind the renewals of the grants still held")
 		return
 	}
 	s.outcome.waiting = waitingForLease(s)
@@ -212,6 +238,12 @@ func (r *Reconciler) decideGrant(ctx context.Context, s *scope, in grantInputs) 
 // more is done, and the next look starts over.
 func (r *Reconciler) applyGrant(ctx context.Context, s *scope, in grantInputs) (ctrl.Result, error) {
 	result := ctrl.Result{RequeueAfter: s.plan.RequeueAfter}
+	if s.plan.Waiting == holder.WaitingForCapacity {
+		result.RequeueAfter = r.pace.retry(s.key, in.clk.Now, in.policy.LeaseDuration)
+	}
+	if s.plan.Refusal != nil {
+		r.refuse(ctx, s, s.plan.Refusal)
+	}
 	var err error
 	switch s.plan.Action {
 	case holder.Renew:
@@ -223,7 +255,7 @@ func (r *Reconciler) applyGrant(ctx context.Context, s *scope, in grantInputs) (
 	case holder.Revoke:
 		err = r.revoke(ctx, s, in.view)
 	case holder.Grant:
-		result, err = r.grant(ctx, s, in.view)
+		result, err = r.grant(ctx, s, in.view, in.decision.Gates.Floor)
 	case holder.Drop:
 		err = r.drop(ctx, s)
 	}
@@ -244,7 +276,7 @@ func (r *Reconciler) applyGrant(ctx context.Context, s *scope, in grantInputs) (
 	if s.behind && s.plan.Action != holder.Wait {
 		// Re-granted (or revoked): the reconcile after it publishes the new
 		// grant and schedules its renewals, at their priority.
-		r.mem.notExpired(s.key)
+		r.mem.setExpired(s.key, false)
 		s.behind = false
 	}
 	return result, nil
@@ -315,29 +347,10 @@ func (r *Reconciler) grantEnded(ctx context.Context, s *scope, pod string, old h
 // grant writes a fresh grant, checks that its fence is greater than every
 // fence published before, and commits it. The commit is the point after
 // which the grant may be published; a grant that fails before it stays
-// pending and is superseded. While a grant is held, the floor is checked
-// before the write too, against the Lease's version: a storage that went
-// back in time then ends the grant by a revocation, as the plan asks, and
-// grants nothing. Once no grant is held, only the check after the write
-// counts: the Lease's own version moves on only when it is written, so a
-// check before the write would refuse for good after a restore, although
-// the store's revision, and with it the next fence, has long passed the
-// floor.
-func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease) (ctrl.Result, error) {
+// pending and is superseded. (The checks before the write are the plan's:
+// holder's gates.)
+func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease, floor int64) (ctrl.Result, error) {
 	target := s.plan.Target
-	floor := r.fenceFloor(s)
-	if old.State == holder.StateHeld {
-		if res, regressed := r.checkFence(ctx, s, s.lease.ResourceVersion, floor, target.Name); regressed {
-			// No grant can be made, but the current one ends all the same:
-			// its holder is lost, rotated away, or its grant expired
-			// unrenewed.
-			return res, r.revoke(ctx, s, old)
-		}
-	}
-	if wait, refused := r.mem.stillRefused(s.key); wait > 0 {
-		s.degraded = refused
-		return ctrl.Result{RequeueAfter: wait}, nil
-	}
 	policy := r.policyOf(s.fl)
 	oldName, held := ptr.Deref(s.lease.Spec.HolderIdentity, ""), r.mem.heldFor(s.key)
 	// The first grant of a FencedLease whose status, as read, never
@@ -351,7 +364,8 @@ func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease) (ctr
 	if old.State == holder.StateReleased || (old.State == holder.StateHeld && (old.HolderUID != target.UID || s.plan.Cause != "")) {
 		r.grantEnded(ctx, s, oldName, old, held)
 	}
-	res, regressed := r.checkFence(ctx, s, l.ResourceVersion, floor, target.Name)
+	refusal := holder.CheckFloor(l.ResourceVersion, floor)
+	regressed := refusal != nil
 	fence, _ := holder.FenceFromResourceVersion(l.ResourceVersion)
 	var steps []func(context.Context)
 	if old.State == holder.StateHeld && old.HolderUID != target.UID {
@@ -367,8 +381,9 @@ func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease) (ctr
 		steps = append(steps, func(ctx context.Context) { r.demoteHolder(ctx, s, old.HolderUID, old.Fence, mark) })
 	}
 	if regressed {
+		r.refuse(ctx, s, refusal)
 		r.concurrently(ctx, steps...)
-		return res, nil
+		return ctrl.Result{RequeueAfter: holder.RegressionRetry}, nil
 	}
 	// The demotion and the commit write different objects and neither
 	// needs the other's result: they run at once, one round trip instead
@@ -393,25 +408,23 @@ func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease) (ctr
 	return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 }
 
-// checkFence refuses a resourceVersion that is not greater than the fence
-// floor (Degraded FenceRegression and a Warning event) or that is no number
-// at all (Degraded FenceUnavailable).
-func (r *Reconciler) checkFence(ctx context.Context, s *scope, rv string, floor int64, target string) (ctrl.Result, bool) {
-	_, err := holder.CheckIncreases(rv, floor)
-	var regression *holder.RegressionError
-	switch {
-	case err == nil:
-		return ctrl.Result{}, false
-	case errors.As(err, &regression):
-		s.outcome.regression = true
-		s.degraded = &condition{reason: fencingv1alpha1.ReasonFenceRegression, message: err.Error() + "; no grant is made until it is"}
-		r.mem.refused(s.key, *s.degraded)
-		r.event(ctx, s.fl, eventWarning, fencingv1alpha1.EventFenceRegression,
-			"Refused to grant pod %s: %s (was the API server's storage restored?)", target, err)
-	default:
-		s.degraded = &condition{reason: fencingv1alpha1.ReasonFenceUnavailable, message: err.Error()}
+// refuse records a grant refused for its fence: Degraded FenceRegression
+// and a Warning event, or Degraded FenceUnavailable for a version that is
+// no number at all. A refusal the plan only waits out sets the condition
+// again.
+func (r *Reconciler) refuse(ctx context.Context, s *scope, refusal *holder.Refusal) {
+	s.degraded = &condition{reason: refusal.Reason, message: refusal.Message()}
+	if !refusal.Made || refusal.Reason != fencingv1alpha1.ReasonFenceRegression {
+		return
 	}
-	return ctrl.Result{RequeueAfter: regressionRetry}, true
+	target := s.plan.Target.Name
+	if target == "" {
+		target = ptr.Deref(s.lease.Spec.HolderIdentity, "")
+	}
+	s.outcome.regression = true
+	r.mem.refused(s.key, *refusal)
+	r.event(ctx, s.fl, eventWarning, fencingv1alpha1.EventFenceRegression,
+		"Refused to grant pod %s: %s (was the API server's storage restored?)", target, refusal.Err)
 }
 
 // demoteHolder tells the pod whose grant just ended that it is a standby. It

@@ -140,3 +140,16 @@ func (m *memories) retryAfter(key types.NamespacedName) time.Duration { return m
 
 // settled resets the looks in a row of key: a look found its inputs current.
 func (m *memories) settled(key types.NamespacedName) { m.retries.Forget(key) }
+
+// setExpired remembers whether key's grant was found expired unrenewed and
+// its re-grant waits behind the renewals of the grants still held
+// (holder's behindRenewals gate).
+func (m *memories) setExpired(key types.NamespacedName, expired bool) {
+	m.with(key, func(mem *memory) { mem.expired = expired })
+}
+
+// expired tells whether key's re-grant waits behind the renewals.
+func (m *memories) expired(key types.NamespacedName) (expired bool) {
+	m.with(key, func(mem *memory) { expired = mem.expired })
+	return expired
+}

@@ -45,28 +45,24 @@ func (p *pacer) renewed(clk holder.Clock, interval time.Duration, policy holder.
 // expired records a grant this process renews that expired unrenewed.
 func (p *pacer) expired(now time.Time) { p.pace.Expired(now) }
 
-// admit lets a FencedLease's first grant wait while the operator has no
-// margin left to renew more grants: granting it would add renewals that
-// could not be made on time, and the grants that expired for it would
-// change the fence under healthy holders. Takeovers and re-grants of a
-// FencedLease that held before go ahead: they replace a grant, they add
-// none; but they spend from the first grants' budget, so that first grants
-// wait while they happen. A waiting FencedLease looks again at its turn in
-// the budget, or a lease duration later while admission is closed (or at
-// the next event): thousands of them looking every few seconds would take
-// the workers' time that the renewals need.
-func (p *pacer) admit(s *scope, l holder.Lease, policy holder.Policy, now time.Time) {
-	if s.plan.Action != holder.Grant {
-		return
+// closed says why the operator admits no first grant now, "" when it
+// does (holder's admission gate): it has no margin left to renew more
+// grants, and the grants that expired for them would change the fence
+// under healthy holders. A waiting FencedLease looks again at its turn in
+// the budget (retry), or a lease duration later while admission is closed
+// (or at the next event): thousands of them looking every few seconds
+// would take the workers' time that the renewals need.
+func (p *pacer) closed(now time.Time) string {
+	if ok, why := p.pace.Admits(now); !ok {
+		return why
 	}
-	if l.State != "" {
-		p.pace.Spend(now)
-		return
-	}
-	if ok, why := p.pace.Admit(now); !ok {
-		s.plan = holder.Plan{Action: holder.Wait, Waiting: holder.WaitingForCapacity, RequeueAfter: p.retry(s.key, now, policy.LeaseDuration), Why: why}
-	}
+	return ""
 }
+
+// spend takes a grant from the first grants' budget: a first grant
+// admitted, or a takeover or re-grant, which adds no renewals but makes
+// first grants wait while they happen.
+func (p *pacer) spend(now time.Time) { p.pace.Spend(now) }
 
 // forget forgets the turn the FencedLease key was given, if any: it is
 // gone.

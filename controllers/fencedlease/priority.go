@@ -46,8 +46,13 @@ func carriesGrant(s *scope) bool {
 }
 
 // keepsGrant tells whether the reconcile kept a held grant alive: renewed
-// it, or found that it is not due yet. Their share of the workers' time
-// paces the renewals (internal/pace).
+// it, or found that it is not due yet (not a grant that waits to be
+// replaced). Their share of the workers' time paces the renewals
+// (internal/pace).
 func keepsGrant(s *scope) bool {
-	return s.plan.Action == holder.Renew || s.plan.Action == holder.Wait && s.lease != nil && holder.LeaseOf(s.lease).State == holder.StateHeld
+	if s.plan.Action == holder.Renew {
+		return true
+	}
+	return s.plan.Action == holder.Wait && !s.plan.Deferred && s.plan.Refusal == nil &&
+		s.lease != nil && holder.LeaseOf(s.lease).State == holder.StateHeld
 }

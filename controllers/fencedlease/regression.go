@@ -12,49 +12,40 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// regressionRetry is how soon to try a grant again after one was refused
-// for a fence regression.
-const regressionRetry = 10 * time.Second
-
 // refusal is the last grant of a FencedLease refused for a fence
-// regression: when, and the Degraded condition it set.
+// regression: when, and why.
 type refusal struct {
-	at        time.Time
-	condition condition
+	at     time.Time
+	reason holder.Refusal
 }
 
 // refused remembers that a grant of key was refused for a fence regression
-// now, with the condition it set.
-func (m *memories) refused(key types.NamespacedName, c condition) {
+// now.
+func (m *memories) refused(key types.NamespacedName, r holder.Refusal) {
 	now := m.clock.Now()
-	m.with(key, func(mem *memory) { mem.refusal = &refusal{at: now, condition: c} })
+	m.with(key, func(mem *memory) { mem.refusal = &refusal{at: now, reason: r} })
 }
 
 // stillRefused tells, while the last refusal of key is less than
-// regressionRetry old, how long the next try waits and the condition the
-// refusal set. A grant below the floor stays pending, and its write wakes
-// the FencedLease again through the Lease's watch: without this wait the
-// tries would follow one another as fast as the reconciles go, a Lease
-// write and an Event each, until the store's revision passed the floor.
-func (m *memories) stillRefused(key types.NamespacedName) (time.Duration, *condition) {
+// holder.RegressionRetry old, how long the next try waits and the refusal.
+func (m *memories) stillRefused(key types.NamespacedName) (time.Duration, *holder.Refusal) {
 	var wait time.Duration
-	var c *condition
+	var r *holder.Refusal
 	now := m.clock.Now()
 	m.with(key, func(mem *memory) {
 		if mem.refusal == nil {
 			return
 		}
-		if wait = mem.refusal.at.Add(regressionRetry).Sub(now); wait > 0 {
-			cond := mem.refusal.condition
-			c = &cond
+		if wait = mem.refusal.at.Add(holder.RegressionRetry).Sub(now); wait > 0 {
+			reason := mem.refusal.reason
+			r = &reason
 		}
 	})
-	return max(wait, 0), c
+	return max(wait, 0), r
 }
 
 // notRefused forgets the last refusal of key: a grant was committed.
@@ -62,40 +53,26 @@ func (m *memories) notRefused(key types.NamespacedName) {
 	m.with(key, func(mem *memory) { mem.refusal = nil })
 }
 
-// endRestoredGrant ends a held grant that the API server's storage brought
-// back from the past (an etcd restore): its Lease's version is not above
-// the fence floor, a fence already published. A grant is checked against
-// the floor when it is made; a restored one was made long ago, and with the
-// heartbeat vouching for it nothing would write its Lease again for
-// minutes: it would stay held, its holder's writes refused by every
-// destination that saw the newer fence. Such a grant is revoked at once,
-// with Degraded FenceRegression, and no grant is made until the store's
-// revision passes the floor (grant). A cache that lags shows older versions
-// too, so the Lease is read again from the API server before anything is
-// decided: ok is false when nothing was brought back.
-func (r *Reconciler) endRestoredGrant(ctx context.Context, s *scope, view holder.Lease) (res ctrl.Result, ok bool, err error) {
-	floor := r.fenceFloor(s)
-	if view.State != holder.StateHeld || !belowFloor(s.lease.ResourceVersion, floor) {
-		return ctrl.Result{}, false, nil
+// readRestored reads again from the API server a held grant whose Lease's
+// version is not above the fence floor, before anything is decided on it:
+// a cache that lags shows older versions too. The store may have brought it
+// back from the past (an etcd restore); then the plan ends it
+// (holder's restoredGrant). A cache that lagged, or a Lease that changed
+// since, leaves the reconcile stale: the next look decides.
+func (r *Reconciler) readRestored(ctx context.Context, s *scope, floor int64) error {
+	if unsaved(s.lease) || holder.LeaseOf(s.lease).State != holder.StateHeld || !belowFloor(s.lease.ResourceVersion, floor) {
+		return nil
 	}
 	live := &coordinationv1.Lease{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s.lease), live); err != nil {
-		return ctrl.Result{}, true, fmt.Errorf("read Lease %s again, its version below the fence floor %d: %w", klog.KObj(s.lease), floor, err)
+		return fmt.Errorf("read Lease %s again, its version below the fence floor %d: %w", klog.KObj(s.lease), floor, err)
 	}
-	if !belowFloor(live.ResourceVersion, floor) {
-		s.stale = true // the cache lagged
-		return ctrl.Result{}, true, nil
-	}
-	if v := holder.LeaseOf(live); v.State != holder.StateHeld {
-		s.stale = true // changed since: the next look decides
-		return ctrl.Result{}, true, nil
+	if !belowFloor(live.ResourceVersion, floor) || holder.LeaseOf(live).State != holder.StateHeld {
+		s.stale = true
+		return nil
 	}
 	s.lease = live
-	view = holder.LeaseOf(live)
-	s.plan = holder.Plan{Action: holder.Revoke, Cause: holder.CauseRegression,
-		Why: fmt.Sprintf("the Lease's version %s is not above fence %d, already published: the store went back in time", live.ResourceVersion, floor)}
-	res, _ = r.checkFence(ctx, s, live.ResourceVersion, floor, ptr.Deref(live.Spec.HolderIdentity, ""))
-	return res, true, r.revoke(ctx, s, view)
+	return nil
 }
 
 // belowFloor says whether resourceVersion rv is not above the fence floor.

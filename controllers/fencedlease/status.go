@@ -28,7 +28,7 @@ import (
 // when nothing changed. observedGeneration is bumped only when the
 // reconcile succeeded.
 func (r *Reconciler) planStatus(ctx context.Context, base *fencingv1alpha1.FencedLease, s *scope, ok bool) bool {
-	if s.stale || s.deferred {
+	if s.stale || s.plan.Deferred {
 		return false
 	}
 	r.computeStatus(ctx, s)

@@ -100,6 +100,8 @@ type Input struct {
 	// HandoffRequested says that a handoff was requested and not handled
 	// yet (see decideHandoff).
 	HandoffRequested bool
+	// Gates are what the operator holds the plan to (gates.go).
+	Gates Gates
 }
 
 // Action is the next write the controller makes to the Lease.
@@ -143,7 +145,20 @@ type Plan struct {
 	// Waiting is the Held condition reason while there is no holder.
 	Waiting string
 	// RequeueAfter is when to look again, 0 for "on the next event only".
+	// A plan Waiting for capacity looks again at the turn the pace gives it.
 	RequeueAfter time.Duration
+	// Refusal is the grant refused for its fence, if one was: made by this
+	// plan (recorded, reported, and the held grant, if any, revoked) or
+	// still waited out.
+	Refusal *Refusal
+	// Spends says that the plan takes a grant from the first grants'
+	// budget (internal/pace): a first grant admitted, or a grant that
+	// replaces one.
+	Spends bool
+	// Behind says that the current grant expired unrenewed and its re-grant
+	// goes behind the renewals of the grants still held; Deferred that
+	// this plan is the one that put it there and writes nothing.
+	Behind, Deferred bool
 }
 
 // Reasons for Plan.Waiting: the Held condition's reasons of the API.
@@ -152,8 +167,8 @@ const (
 	WaitingForExpiry    = fencingv1alpha1.ReasonWaitingForExpiry
 	WaitingGranting     = fencingv1alpha1.ReasonGranting
 	WaitingPaused       = fencingv1alpha1.ReasonPaused
-	// WaitingForCapacity is set by the controller, not by Decide: a first
-	// grant waits while the operator admits none (internal/pace).
+	// WaitingForCapacity: a first grant waits while the operator admits
+	// none (internal/pace, Gates.Closed).
 	WaitingForCapacity = fencingv1alpha1.ReasonWaitingForCapacity
 )
 
@@ -161,8 +176,19 @@ const (
 // grant that may still be in use is unexpired, unless the takeover policy is
 // Immediate; it never renews a grant whose holder is not eligible or whose
 // lease already expired (authority is not re-acquired silently: a lapsed
-// grant is replaced by a fresh one with a new fence).
+// grant is replaced by a fresh one with a new fence). The plan the Lease
+// and the pods call for then passes the operator's gates, in order
+// (gates.go); the controller applies what comes out and never changes it.
 func Decide(in Input) Plan {
+	p := decideLease(in)
+	for _, g := range gates {
+		p = g(in, p)
+	}
+	return p
+}
+
+// decideLease is the plan the Lease, the pods and the clock call for.
+func decideLease(in Input) Plan {
 	if in.Lease.Deleting {
 		return decideDeleting(in)
 	}
