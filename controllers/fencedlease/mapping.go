@@ -179,8 +179,10 @@ func requests(namespace string, names []string) []reconcile.Request {
 	return out
 }
 
-// leaseChanged lets through Lease events other than an operator's renewal:
-// a write that changes nothing but renewTime of a grant the operator renews
+// leaseChanged lets through Lease events that change what the operator
+// reads of a Lease (its annotations, spec, owners, deletion; not its
+// labels, which it neither reads nor writes), other than an operator's
+// renewal: a write that changes nothing but renewTime of a grant the operator renews
 // (its own renewal, or another replica's) needs no reconcile of its own; the
 // next one, which the grant's timing schedules, observes it, later rather
 // than sooner: on the side of a later expiry. A holder's own renewal (renewal
@@ -195,7 +197,7 @@ func leaseChanged() predicate.Funcs {
 			if n.Annotations[fencingv1alpha1.LeaseAnnotationRenewal] == string(fencingv1alpha1.RenewalHolder) {
 				return true
 			}
-			if o.DeletionTimestamp != n.DeletionTimestamp || !equality.Semantic.DeepEqual(o.Annotations, n.Annotations) ||
+			if !o.DeletionTimestamp.Equal(n.DeletionTimestamp) || !equality.Semantic.DeepEqual(o.Annotations, n.Annotations) ||
 				!equality.Semantic.DeepEqual(o.OwnerReferences, n.OwnerReferences) {
 				return true
 			}
