@@ -28,26 +28,27 @@ func TestLeaseReadFromTheAPIServerWhileTheCacheIsAhead(t *testing.T) {
 	stored := leaseAt("254", "u1")
 	r := &Reconciler{APIReader: fixedReader{l: stored}, Clock: clocktesting.NewFakePassiveClock(time.Unix(0, 0))}
 	r.once.Do(r.defaults)
+	mem := r.mem.load(key)
 
 	// A cache that lags behind the store: a conflict switches nothing.
-	r.checkCacheAhead(t.Context(), &scope{key: key, lease: leaseAt("250", "u1")})
-	if got, err := r.leaseBehindCache(t.Context(), key, leaseAt("250", "u1")); err != nil || got.ResourceVersion != "250" {
+	r.checkCacheAhead(t.Context(), &scope{key: key, lease: leaseAt("250", "u1"), mem: mem})
+	if got, err := r.leaseBehindCache(t.Context(), mem, leaseAt("250", "u1")); err != nil || got.ResourceVersion != "250" {
 		t.Fatalf("lagging cache: planned on %v (%v), want the cached 250", got.ResourceVersion, err)
 	}
 
 	// A cache ahead of the store (568 cached, 254 stored).
-	r.checkCacheAhead(t.Context(), &scope{key: key, lease: leaseAt("568", "u1")})
-	got, err := r.leaseBehindCache(t.Context(), key, leaseAt("568", "u1"))
+	r.checkCacheAhead(t.Context(), &scope{key: key, lease: leaseAt("568", "u1"), mem: mem})
+	got, err := r.leaseBehindCache(t.Context(), mem, leaseAt("568", "u1"))
 	if err != nil || got.ResourceVersion != "254" {
 		t.Fatalf("cache ahead: planned on %v (%v), want the stored 254", got.ResourceVersion, err)
 	}
 	// The cache catches up: back to the cache, for good.
-	if got, _ := r.leaseBehindCache(t.Context(), key, leaseAt("254", "u1")); got.ResourceVersion != "254" || r.mem.aheadOf(key, leaseCache) {
-		t.Fatalf("caught up: planned on %v, ahead %v; want the cache, not ahead", got.ResourceVersion, r.mem.aheadOf(key, leaseCache))
+	if got, _ := r.leaseBehindCache(t.Context(), mem, leaseAt("254", "u1")); got.ResourceVersion != "254" || mem.isAhead(leaseCache) {
+		t.Fatalf("caught up: planned on %v, ahead %v; want the cache, not ahead", got.ResourceVersion, mem.isAhead(leaseCache))
 	}
 	// A Lease created anew (another UID) is no restore.
-	r.checkCacheAhead(t.Context(), &scope{key: key, lease: leaseAt("900", "u2")})
-	if r.mem.aheadOf(key, leaseCache) {
+	r.checkCacheAhead(t.Context(), &scope{key: key, lease: leaseAt("900", "u2"), mem: mem})
+	if mem.isAhead(leaseCache) {
 		t.Fatal("a Lease of another UID counted as a cache ahead of the store")
 	}
 }
@@ -65,27 +66,41 @@ func TestStoreGoingBackIsSeenOnTheHeartbeat(t *testing.T) {
 	r.once.Do(r.defaults)
 	keys := []types.NamespacedName{{Namespace: "ns", Name: "a"}, {Namespace: "ns", Name: "b"}}
 	for _, k := range keys {
-		r.mem.caughtUp(k, leaseCache)
+		r.mem.store(r.mem.load(k))
 	}
 	r.mem.sawBeat(beatLease("583", 40))
+	// A reconcile of the first is running while the store goes back: its
+	// memory, loaded before, is marked when it is stored.
+	running := r.mem.load(keys[0])
+	running.published = ownPublication{uid: "p", fence: 300, rv: "600"}
 
 	r.sawLiveBeat(t.Context(), beatLease("590", 41))
-	if r.mem.aheadOf(keys[0], leaseCache) || len(r.mem.takeWentBack()) != 0 {
+	if r.mem.load(keys[0]).isAhead(leaseCache) || len(r.mem.takeWentBack()) != 0 {
 		t.Fatal("a newer heartbeat marked the caches ahead")
 	}
 
 	clk.SetTime(t0.Add(time.Second))
 	r.sawLiveBeat(t.Context(), beatLease("280", 20))
+	if running.isAhead(leaseCache) {
+		t.Fatal("a loaded memory changed under its reconcile")
+	}
+	r.mem.store(running)
 	for _, k := range keys {
+		mem := r.mem.load(k)
 		for _, c := range []cache{leaseCache, fencedLeaseCache, podCache} {
-			if !r.mem.aheadOf(k, c) {
+			if !mem.isAhead(c) {
 				t.Fatalf("%s: cache %d not read around after the store went back", k, c)
 			}
 		}
+		if mem.published != (ownPublication{}) {
+			t.Fatalf("%s: a publication from before the store went back is still counted: %+v", k, mem.published)
+		}
 	}
 	// Each cache catches up on its own.
-	r.mem.caughtUp(keys[0], podCache)
-	if r.mem.aheadOf(keys[0], podCache) || !r.mem.aheadOf(keys[0], leaseCache) || !r.mem.aheadOf(keys[0], fencedLeaseCache) {
+	first := r.mem.load(keys[0])
+	first.caughtUp(podCache)
+	r.mem.store(first)
+	if first = r.mem.load(keys[0]); first.isAhead(podCache) || !first.isAhead(leaseCache) || !first.isAhead(fencedLeaseCache) {
 		t.Fatal("the pod cache caught up: want only it no longer ahead")
 	}
 	if woken := r.mem.takeWentBack(); len(woken) != len(keys) {
@@ -126,26 +141,27 @@ func TestFencedLeaseReadFromTheAPIServerWhileTheCacheIsAhead(t *testing.T) {
 		Clock: clocktesting.NewFakePassiveClock(time.Unix(0, 0)), Heartbeat: &Heartbeat{Namespace: "op", Name: "hb"}}
 	r.once.Do(r.defaults)
 	key := types.NamespacedName{Namespace: "ns", Name: "db"}
-	r.mem.caughtUp(key, leaseCache)
+	mem := r.mem.load(key)
 
-	if got, err := r.fencedLeaseBehindCache(t.Context(), fl("577")); err != nil || got.ResourceVersion != "577" {
+	if got, err := r.fencedLeaseBehindCache(t.Context(), mem, fl("577")); err != nil || got.ResourceVersion != "577" {
 		t.Fatalf("read %v, %v before the store was seen going back, want the cached 577", got, err)
 	}
 	r.mem.sawBeat(beatLease("582", 40))
 	r.sawLiveBeat(t.Context(), beatLease("242", 20))
+	r.mem.catchUp(mem)
 	live := &fencingv1alpha1.FencedLease{}
 	if err := r.APIReader.Get(t.Context(), key, live); err != nil {
 		t.Fatal(err)
 	}
-	got, err := r.fencedLeaseBehindCache(t.Context(), fl("577"))
+	got, err := r.fencedLeaseBehindCache(t.Context(), mem, fl("577"))
 	if err != nil || got.ResourceVersion != live.ResourceVersion {
 		t.Fatalf("read %v, %v while the cache is ahead, want the stored %s", got, err, live.ResourceVersion)
 	}
-	if got, err := r.fencedLeaseBehindCache(t.Context(), fl(live.ResourceVersion)); err != nil || got.ResourceVersion != live.ResourceVersion {
+	if got, err := r.fencedLeaseBehindCache(t.Context(), mem, fl(live.ResourceVersion)); err != nil || got.ResourceVersion != live.ResourceVersion {
 		t.Fatalf("read %v, %v once the cache caught up", got, err)
 	}
 	r.APIReader = nil // no more reads from the API server
-	if got, err := r.fencedLeaseBehindCache(t.Context(), fl("600")); err != nil || got.ResourceVersion != "600" {
+	if got, err := r.fencedLeaseBehindCache(t.Context(), mem, fl("600")); err != nil || got.ResourceVersion != "600" {
 		t.Fatalf("read %v, %v after the cache caught up, want the cached 600", got, err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/fencedlease/fencedlease/internal/holder"
 	"github.com/fencedlease/fencedlease/internal/record"
@@ -23,7 +22,9 @@ type observation struct {
 	fence     int64  // the fence the Lease recorded when last seen
 	renewedAt time.Time
 	grantedAt time.Time
-	maxFence  int64 // highest fence seen for this FencedLease
+	// maxFence is the highest fence seen for this FencedLease: it survives
+	// a storage restore that rewinds every stored record.
+	maxFence int64
 	// inherited is set while the grant is one this process has not written
 	// or renewed itself: seen first after a restart, or written by another
 	// replica.
@@ -54,8 +55,9 @@ func renewTimeOf(l *coordinationv1.Lease) string {
 	return l.Spec.RenewTime.UTC().Format(time.RFC3339Nano)
 }
 
-// observe records the Lease as seen now and returns the clock of its grant.
-// A changed renewTime on the same grant is a renewal confirmed by someone
+// observe records the Lease as seen at now and returns the clock of its
+// grant: a function of what was seen before, the Lease and the time. A
+// changed renewTime on the same grant is a renewal confirmed by someone
 // (another replica, the holder, or this one before a lost response); renewed
 // reports one. A risen fence on the same grant is its commit, seen for the
 // first time: the holder may act from the commit on, whenever it was
@@ -64,10 +66,7 @@ func renewTimeOf(l *coordinationv1.Lease) string {
 // So the commit restarts the grant's clock now, when it is first seen,
 // whatever its renewTime says; renewed stays false for it (renewed counts
 // the renewals others wrote, and the commit is the grant's own write).
-func (o *memories) observe(key types.NamespacedName, l *coordinationv1.Lease, fence int64) (c holder.Clock, renewed bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	now, obs := o.clock.Now(), &o.get(key).observation
+func (obs *observation) observe(l *coordinationv1.Lease, fence int64, now time.Time) (c holder.Clock, renewed bool) {
 	switch g := grantKey(l); {
 	case !record.MaybeNewer(l.ResourceVersion, obs.rv):
 		// A read older than one already seen (a lagging cache) says nothing new.
@@ -83,88 +82,48 @@ func (o *memories) observe(key types.NamespacedName, l *coordinationv1.Lease, fe
 	if record.MaybeNewer(l.ResourceVersion, obs.rv) {
 		obs.rv, obs.dropped = l.ResourceVersion, nil
 	}
-	if fence > obs.maxFence {
-		obs.maxFence = fence
-	}
+	obs.maxFence = max(obs.maxFence, fence)
 	return holder.Clock{Now: now, RenewedAt: obs.renewedAt, WrittenAt: obs.renewedAt, GrantedAt: obs.grantedAt}, renewed
 }
 
-// endCredit returns the credit worked out for the ended grant of key whose
-// Lease is l, if it was.
-func (o *memories) endCredit(key types.NamespacedName, l *coordinationv1.Lease) (time.Time, bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	obs := &o.get(key).observation
+// endCredit returns the credit worked out for the ended grant whose Lease
+// is l, if it was.
+func (obs *observation) endCredit(l *coordinationv1.Lease) (time.Time, bool) {
 	if obs.creditFor != grantKey(l) {
 		return time.Time{}, false
 	}
 	return obs.credit, true
 }
 
-// setEndCredit records the credit of the ended grant of key whose Lease is
-// l.
-func (o *memories) setEndCredit(key types.NamespacedName, l *coordinationv1.Lease, credit time.Time) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	obs := &o.get(key).observation
+// setEndCredit records the credit of the ended grant whose Lease is l.
+func (obs *observation) setEndCredit(l *coordinationv1.Lease, credit time.Time) {
 	obs.credit, obs.creditFor = credit, grantKey(l)
 }
 
-// heldFor is how long the current grant has lasted since the operator first
-// saw it.
-func (o *memories) heldFor(key types.NamespacedName) time.Duration {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	mem := o.byKey[key]
-	if mem == nil || mem.grantedAt.IsZero() {
+// heldFor is how long the current grant has lasted, at now, since the
+// operator first saw it.
+func (obs *observation) heldFor(now time.Time) time.Duration {
+	if obs.grantedAt.IsZero() {
 		return 0
 	}
-	return o.clock.Now().Sub(mem.grantedAt)
+	return now.Sub(obs.grantedAt)
 }
 
-// confirmed records a write of this operator to the Lease that the API server
-// confirmed: a renewal, or a new grant. The time is taken after the response,
-// which errs on the side of a later expiry.
-func (o *memories) confirmed(key types.NamespacedName, l *coordinationv1.Lease, fence int64, newGrant bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	now, obs := o.clock.Now(), &o.get(key).observation
+// confirmed records a write of this operator to the Lease that the API
+// server confirmed at now: a renewal, or a new grant. now is taken after the
+// response, which errs on the side of a later expiry.
+func (obs *observation) confirmed(l *coordinationv1.Lease, fence int64, newGrant bool, now time.Time) {
 	if newGrant || obs.grant != grantKey(l) {
 		obs.grant, obs.grantedAt = grantKey(l), now
 	}
 	obs.renewTime, obs.fence, obs.renewedAt, obs.rv = renewTimeOf(l), fenceAnnotation(l.Annotations), now, l.ResourceVersion
 	obs.inherited = false
-	if fence > obs.maxFence {
-		obs.maxFence = fence
-	}
+	obs.maxFence = max(obs.maxFence, fence)
 }
 
-// inherited tells whether the current grant of key is one this process has
-// neither written nor renewed yet.
-func (o *memories) inherited(key types.NamespacedName) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	obs := o.byKey[key]
-	return obs != nil && obs.inherited
-}
-
-// maxFence is the highest fence this operator has seen for the FencedLease.
-// It survives a storage restore that rewinds every stored record.
-func (o *memories) maxFence(key types.NamespacedName) int64 {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if obs := o.byKey[key]; obs != nil {
-		return obs.maxFence
-	}
-	return 0
-}
-
-// dropped records that this process let go of a deleted Lease whose grant
+// letGo records that this process let go of a deleted Lease whose grant
 // was over; l is the Lease as last written.
-func (o *memories) dropped(key types.NamespacedName, l *coordinationv1.Lease) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	obs := &o.get(key).observation
+func (obs *observation) letGo(l *coordinationv1.Lease) {
 	obs.dropped = l.DeepCopy()
 	if record.MaybeNewer(l.ResourceVersion, obs.rv) {
 		obs.rv = l.ResourceVersion
@@ -174,13 +133,7 @@ func (o *memories) dropped(key types.NamespacedName, l *coordinationv1.Lease) {
 // over returns the Lease this process let go of once its grant was over, if
 // no newer Lease has been seen since, and forgets it: a Lease re-created
 // from it needs no wait for a grant that may still be in use.
-func (o *memories) over(key types.NamespacedName) *coordinationv1.Lease {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	obs := o.byKey[key]
-	if obs == nil {
-		return nil
-	}
+func (obs *observation) over() *coordinationv1.Lease {
 	l := obs.dropped
 	obs.dropped = nil
 	return l

@@ -6,7 +6,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
@@ -23,7 +22,7 @@ import (
 func TestACommitAppliedLateRenewsWhenSeen(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clk := testingclock.NewFakeClock(start)
-	mem, key := newMemories(clk), types.NamespacedName{Namespace: "n", Name: "db"}
+	mem := &memory{}
 	at := metav1.NewMicroTime(start)
 	lease := func(rv, state string, fence int64) *coordinationv1.Lease {
 		l := &coordinationv1.Lease{
@@ -35,18 +34,18 @@ func TestACommitAppliedLateRenewsWhenSeen(t *testing.T) {
 	}
 
 	// Pending: the fence is still the previous grant's.
-	if c, _ := mem.observe(key, lease("20", holder.StatePending, 7), 0); !c.RenewedAt.Equal(start) {
+	if c, _ := mem.observe(lease("20", holder.StatePending, 7), 0, clk.Now()); !c.RenewedAt.Equal(start) {
 		t.Fatalf("pending grant first seen: renewed at %v, want %v", c.RenewedAt, start)
 	}
 	clk.Step(3 * time.Second)
 	// Revoked after a commit never seen: same renewTime, the new fence.
-	c, _ := mem.observe(key, lease("36", holder.StateRevoked, 20), 0)
+	c, _ := mem.observe(lease("36", holder.StateRevoked, 20), 0, clk.Now())
 	if want := start.Add(3 * time.Second); !c.RenewedAt.Equal(want) {
 		t.Errorf("commit seen first on the revoked grant: renewed at %v, want %v (when the commit was seen)", c.RenewedAt, want)
 	}
 	// Seen again, nothing new: the clock stays.
 	clk.Step(time.Second)
-	if c, _ := mem.observe(key, lease("37", holder.StateRevoked, 20), 0); !c.RenewedAt.Equal(start.Add(3 * time.Second)) {
+	if c, _ := mem.observe(lease("37", holder.StateRevoked, 20), 0, clk.Now()); !c.RenewedAt.Equal(start.Add(3 * time.Second)) {
 		t.Errorf("nothing new seen: renewed at %v, want it unchanged", c.RenewedAt)
 	}
 }

@@ -89,6 +89,11 @@ type Reconciler struct {
 type scope struct {
 	key types.NamespacedName
 	fl  *fencingv1alpha1.FencedLease
+	// base is the FencedLease as read, which the status patch is made from.
+	base *fencingv1alpha1.FencedLease
+	// mem is this process's memory of the FencedLease, loaded for this
+	// reconcile (memory.go).
+	mem *memory
 	// recorded is the status as read: a grant is published only once the
 	// status records its fence, and the status never records a Lease older
 	// than the one it records.
@@ -100,18 +105,8 @@ type scope struct {
 	degraded *condition
 	// inputErr is set when the inputs could not be read.
 	inputErr error
-	// stale is set when what was read is out of date: a write found the
-	// Lease changed, or the Lease as read is older than the one the status
-	// records. Nothing more is done, and the status is left alone, until the
-	// next reconcile.
-	stale bool
-	// behind is set while the FencedLease's grant was found expired and its
-	// re-grant waits behind the renewals (plan.Behind).
-	behind bool
-	// again is set when a pod changed under a write of this reconcile, or a
-	// publication waits for the caches: look again soon. Unlike stale, the
-	// status is still recorded.
-	again bool
+	// next is what the steps found the reconcile must do next.
+	next next
 	// created is set when this reconcile created the Lease with its grant
 	// and committed that grant, and the status as read records no grant:
 	// the FencedLease's first grant, which publishFirst publishes without
@@ -123,6 +118,27 @@ type scope struct {
 
 type condition struct{ reason, message string }
 
+// next is what the steps of a reconcile found it must do next, the most
+// severe finding kept (found).
+type next uint8
+
+const (
+	// goOn: what was read is current and the steps went as planned.
+	goOn next = iota
+	// lookAgain: a pod changed under a write of this reconcile, or a
+	// publication waits for the caches: look again soon. The status is
+	// still recorded.
+	lookAgain
+	// stale: what was read is out of date (a write found the Lease
+	// changed, or the Lease as read is older than the one the status
+	// records). Nothing more is done, the status is left alone, and the
+	// next look, soon, starts over.
+	stale
+)
+
+// found records what a step found; the most severe finding is kept.
+func (s *scope) found(n next) { s.next = max(s.next, n) }
+
 // +kubebuilder:rbac:groups=fencing.fencedlease.io,resources=fencedleases,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=fencing.fencedlease.io,resources=fencedleases/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=fencing.fencedlease.io,resources=fencedleases/finalizers,verbs=update
@@ -133,7 +149,7 @@ type condition struct{ reason, message string }
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile grants, renews, revokes and publishes the lease of one FencedLease.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	r.once.Do(r.defaults)
 	fl := &fencingv1alpha1.FencedLease{}
 	if err := r.Get(ctx, req.NamespacedName, fl); err != nil {
@@ -142,28 +158,45 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		}
 		return ctrl.Result{}, err
 	}
-	r.mem.refresh(fl)
-	fl, err := r.fencedLeaseBehindCache(ctx, fl)
+	mem := r.mem.load(req.NamespacedName)
+	defer r.mem.store(mem)
+	mem.refresh(fl)
+	fl, err := r.fencedLeaseBehindCache(ctx, mem, fl)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if !fl.DeletionTimestamp.IsZero() {
-		return r.reconcileDelete(ctx, fl)
+		return r.reconcileDelete(ctx, fl, mem)
 	}
 	if r.waitsForCapacity(fl, r.Clock.Now()) {
 		return r.waitForCapacity(ctx, fl)
 	}
 	if !controllerutil.ContainsFinalizer(fl, fencingv1alpha1.Finalizer) {
-		if err := r.addFinalizer(ctx, fl); err != nil {
+		if err := r.addFinalizer(ctx, fl, mem); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 
-	s := &scope{key: req.NamespacedName, fl: fl, recorded: *fl.Status.DeepCopy(), behind: r.mem.expired(req.NamespacedName)}
-	base := fl.DeepCopy()
-	started := r.Clock.Now()
-	defer func() { result, retErr = r.finish(ctx, base, s, started, result, retErr) }()
+	return r.reconcileFencedLease(ctx, &scope{key: req.NamespacedName, fl: fl, base: fl.DeepCopy(), recorded: *fl.Status.DeepCopy(), mem: mem})
+}
 
+// reconcileFencedLease runs the steps of a reconcile in their order: read
+// the inputs; decide the plan and write the Lease; write the pods; record
+// the status; publish a grant committed here, once the status records it.
+// A step that fails ends the reconcile, and its status is recorded all the
+// same, with nothing published. Then, whatever happened: when to come
+// back, the metrics, and the pace's account of the work.
+func (r *Reconciler) reconcileFencedLease(ctx context.Context, s *scope) (result ctrl.Result, retErr error) {
+	started := r.Clock.Now()
+	recorded := false
+	defer func() {
+		if !recorded {
+			if err := r.recordAndPublish(ctx, s, false); err != nil {
+				retErr = kerrors.NewAggregate([]error{retErr, err})
+			}
+		}
+		result, retErr = r.finish(ctx, s, started, result, retErr)
+	}()
 	for _, step := range []func(context.Context, *scope) (ctrl.Result, error){
 		r.reconcileInputs,
 		r.reconcileGrant,
@@ -174,11 +207,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			return ctrl.Result{}, err
 		}
 		result = soonest(result, res)
-		if s.stale || s.plan.Deferred || s.lease == nil {
+		if s.next == stale || s.plan.Deferred || s.lease == nil {
 			break
 		}
 	}
-	return result, nil
+	recorded = true
+	return result, r.recordAndPublish(ctx, s, true)
 }
 
 // reconcileGone clears, for a FencedLease that is gone, what a replica that
@@ -198,31 +232,26 @@ func (r *Reconciler) reconcileGone(ctx context.Context, key types.NamespacedName
 // addFinalizer adds the FencedLease's finalizer. The reconcile goes on with
 // the FencedLease as the patch stored it: a first grant needs no second
 // look, which would wait for the cache to show the finalizer.
-func (r *Reconciler) addFinalizer(ctx context.Context, fl *fencingv1alpha1.FencedLease) error {
+func (r *Reconciler) addFinalizer(ctx context.Context, fl *fencingv1alpha1.FencedLease, mem *memory) error {
 	base := fl.DeepCopy()
 	controllerutil.AddFinalizer(fl, fencingv1alpha1.Finalizer)
 	if err := r.Patch(ctx, fl, client.MergeFrom(base)); err != nil {
 		return err
 	}
-	r.mem.remember(fl)
+	mem.remember(fl)
 	return nil
 }
 
-// finish ends a reconcile: the one status patch and the publication of a
-// grant it committed, when to come back, the metrics and the pace's
+// finish ends a reconcile: when to come back, the metrics and the pace's
 // account of the work.
-func (r *Reconciler) finish(ctx context.Context, base *fencingv1alpha1.FencedLease, s *scope, started time.Time, result ctrl.Result, retErr error) (ctrl.Result, error) {
-	requeue, err := r.recordAndPublish(ctx, base, s, retErr == nil)
-	if err != nil {
-		retErr = kerrors.NewAggregate([]error{retErr, err})
-	}
+func (r *Reconciler) finish(ctx context.Context, s *scope, started time.Time, result ctrl.Result, retErr error) (ctrl.Result, error) {
 	switch {
 	case retErr != nil:
 		// Retried with the controller's backoff; a requeue time would be
 		// ignored (and warned about).
 		result.RequeueAfter = 0
 		r.mem.settled(s.key)
-	case s.stale || s.again || requeue:
+	case s.next != goOn:
 		result = soonest(result, ctrl.Result{RequeueAfter: r.mem.retryAfter(s.key)})
 	default:
 		r.mem.settled(s.key)
@@ -238,14 +267,14 @@ func (r *Reconciler) finish(ctx context.Context, base *fencingv1alpha1.FencedLea
 // reconcileInputs reads the Lease (creating it if missing), the pods and
 // their nodes.
 func (r *Reconciler) reconcileInputs(ctx context.Context, s *scope) (ctrl.Result, error) {
-	l, err := r.getOrCreateLease(ctx, s.fl)
+	l, err := r.getOrCreateLease(ctx, s.fl, s.mem)
 	var notOwned errLeaseNotOwned
 	switch {
 	case errors.As(err, &notOwned):
 		s.degraded = &condition{reason: fencingv1alpha1.ReasonLeaseConflict, message: err.Error()}
 		return ctrl.Result{}, nil
 	case errors.Is(err, errLeaseLagging):
-		s.stale = true
+		s.found(stale)
 		return ctrl.Result{}, nil
 	case err != nil:
 		s.inputErr = err
@@ -253,7 +282,7 @@ func (r *Reconciler) reconcileInputs(ctx context.Context, s *scope) (ctrl.Result
 	}
 	cached := l
 	if !unsaved(l) {
-		if l, err = r.leaseBehindCache(ctx, s.key, l); err != nil {
+		if l, err = r.leaseBehindCache(ctx, s.mem, l); err != nil {
 			s.inputErr = err
 			return ctrl.Result{}, err
 		}
@@ -269,10 +298,10 @@ func (r *Reconciler) reconcileInputs(ctx context.Context, s *scope) (ctrl.Result
 		// best conflict, and recording it would move the status back.
 		ctrl.LoggerFrom(ctx).V(4).Info("Lease cache lags behind the status; looking again",
 			"read", l.ResourceVersion, "recorded", s.recorded.LeaseResourceVersion)
-		s.stale = true
+		s.found(stale)
 		return ctrl.Result{}, nil
 	}
-	p, err := r.gatherPods(ctx, s.fl)
+	p, err := r.gatherPods(ctx, s.fl, s.mem)
 	var invalid invalidSelectorError
 	if errors.As(err, &invalid) {
 		// Bad input changes nothing: no write to the Lease or the pods.

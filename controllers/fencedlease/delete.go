@@ -31,7 +31,7 @@ import (
 // publication still in flight fail its optimistic lock), and the finalizer
 // goes. The Lease is deleted here rather than left to the garbage collector
 // so that deletion is complete when the FencedLease is gone.
-func (r *Reconciler) reconcileDelete(ctx context.Context, fl *fencingv1alpha1.FencedLease) (ctrl.Result, error) {
+func (r *Reconciler) reconcileDelete(ctx context.Context, fl *fencingv1alpha1.FencedLease, mem *memory) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(fl, fencingv1alpha1.Finalizer) {
 		return ctrl.Result{}, nil
 	}
@@ -41,7 +41,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, fl *fencingv1alpha1.Fe
 		return ctrl.Result{}, err
 	}
 	if l != nil {
-		return r.endGrantOfDeleted(ctx, fl, l)
+		return r.endGrantOfDeleted(ctx, fl, l, mem)
 	}
 	if err := r.clearPods(ctx, true, fl.Namespace, fl.Name, fl.UID); err != nil {
 		return ctrl.Result{}, err
@@ -77,7 +77,7 @@ func (r *Reconciler) ownLease(ctx context.Context, fl *fencingv1alpha1.FencedLea
 // endGrantOfDeleted deletes the Lease of a FencedLease being deleted and
 // ends its grant as for any deleted Lease: the grant step revokes it, waits,
 // and lets the Lease go (Drop). It looks again until the Lease is gone.
-func (r *Reconciler) endGrantOfDeleted(ctx context.Context, fl *fencingv1alpha1.FencedLease, l *coordinationv1.Lease) (ctrl.Result, error) {
+func (r *Reconciler) endGrantOfDeleted(ctx context.Context, fl *fencingv1alpha1.FencedLease, l *coordinationv1.Lease, mem *memory) (ctrl.Result, error) {
 	if l.DeletionTimestamp == nil {
 		err := r.Delete(ctx, l, client.Preconditions{UID: &l.UID})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
@@ -90,7 +90,7 @@ func (r *Reconciler) endGrantOfDeleted(ctx context.Context, fl *fencingv1alpha1.
 		// Written before the Lease had a finalizer: it goes at once.
 		return ctrl.Result{RequeueAfter: r.mem.retryAfter(client.ObjectKeyFromObject(fl))}, nil
 	}
-	p, err := r.gatherPods(ctx, fl)
+	p, err := r.gatherPods(ctx, fl, mem)
 	if err != nil {
 		// An invalid selector leaves no candidate to ask about: the grant
 		// simply waits to expire.
@@ -100,12 +100,12 @@ func (r *Reconciler) endGrantOfDeleted(ctx context.Context, fl *fencingv1alpha1.
 		}
 		p = &pods{}
 	}
-	s := &scope{key: client.ObjectKeyFromObject(fl), fl: fl, recorded: *fl.Status.DeepCopy(), lease: l, pods: p}
+	s := &scope{key: client.ObjectKeyFromObject(fl), fl: fl, recorded: *fl.Status.DeepCopy(), lease: l, pods: p, mem: mem}
 	res, err := r.reconcileGrant(ctx, s)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if s.stale || s.again {
+	if s.next != goOn {
 		return ctrl.Result{RequeueAfter: r.mem.retryAfter(s.key)}, nil
 	}
 	r.mem.settled(s.key)

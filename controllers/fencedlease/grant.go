@@ -70,10 +70,11 @@ func firstRenewal(key types.NamespacedName, interval time.Duration) time.Duratio
 // compare-and-swap on the Lease as read.
 func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result, error) {
 	res, err := r.decideAndApply(ctx, s)
-	if err == nil && !s.stale && unsaved(s.lease) {
+	if err == nil && s.next != stale && unsaved(s.lease) {
 		// Nothing was granted: the Lease is created as it is.
 		if err = r.saveLease(ctx, s.lease); errors.Is(err, errLeaseLagging) {
-			s.stale, err = true, nil
+			s.found(stale)
+			err = nil
 		}
 	}
 	return res, err
@@ -81,7 +82,7 @@ func (r *Reconciler) reconcileGrant(ctx context.Context, s *scope) (ctrl.Result,
 
 func (r *Reconciler) decideAndApply(ctx context.Context, s *scope) (ctrl.Result, error) {
 	in, err := r.gatherGrant(ctx, s)
-	if err != nil || s.stale {
+	if err != nil || s.next == stale {
 		return ctrl.Result{}, err
 	}
 	s.plan = holder.Decide(in.decision)
@@ -110,7 +111,7 @@ type grantInputs struct {
 // read again from the API server first (readRestored).
 func (r *Reconciler) gatherGrant(ctx context.Context, s *scope) (grantInputs, error) {
 	floor := r.fenceFloor(s)
-	if err := r.readRestored(ctx, s, floor); err != nil || s.stale {
+	if err := r.readRestored(ctx, s, floor); err != nil || s.next == stale {
 		return grantInputs{}, err
 	}
 	in := grantInputs{view: holder.LeaseOf(s.lease), policy: r.policyOf(s.fl)}
@@ -119,7 +120,7 @@ func (r *Reconciler) gatherGrant(ctx context.Context, s *scope) (grantInputs, er
 		committed = in.view.Fence
 	}
 	var renewed bool
-	in.clk, renewed = r.mem.observe(s.key, s.lease, committed)
+	in.clk, renewed = s.mem.observe(s.lease, committed, r.Clock.Now())
 	if err := r.vouchedClock(ctx, s, in.view, in.policy, &in.clk); err != nil {
 		return in, err
 	}
@@ -129,7 +130,7 @@ func (r *Reconciler) gatherGrant(ctx context.Context, s *scope) (grantInputs, er
 	in.handoff, in.pending = handoffRequest(s)
 	in.paced = in.policy
 	in.paced.RenewInterval = r.pace.renewInterval(in.policy)
-	if r.mem.inherited(s.key) {
+	if s.mem.inherited {
 		in.paced.RenewInterval = firstRenewal(s.key, in.paced.RenewInterval)
 	}
 	in.decision = holder.Input{
@@ -147,11 +148,11 @@ func (r *Reconciler) gatherGrant(ctx context.Context, s *scope) (grantInputs, er
 // floor, a refusal still waited out, its admission of first grants, and
 // whether it deferred the current grant's expiry already.
 func (r *Reconciler) gates(s *scope, view holder.Lease, floor int64, now time.Time) holder.Gates {
-	g := holder.Gates{Floor: floor, DeferExpiry: !r.mem.expired(s.key)}
+	g := holder.Gates{Floor: floor, DeferExpiry: !s.mem.expired}
 	if !unsaved(s.lease) {
 		g.LeaseVersion = s.lease.ResourceVersion
 	}
-	g.RefusedFor, g.Refused = r.mem.stillRefused(s.key)
+	g.RefusedFor, g.Refused = s.mem.stillRefused(now)
 	if view.State == holder.StateFree {
 		g.Closed = r.pace.closed(now)
 	}
@@ -180,32 +181,33 @@ func (r *Reconciler) policyOf(fl *fencingv1alpha1.FencedLease) holder.Policy {
 // out once per grant). The watchdog learns which grants it vouches for.
 func (r *Reconciler) vouchedClock(ctx context.Context, s *scope, view holder.Lease, p holder.Policy, clk *holder.Clock) error {
 	if r.Heartbeat == nil || view.VouchedBy != r.Heartbeat.voucher() || view.Renewal == holder.RenewalHolder {
-		r.mem.unvouch(s.key)
+		s.mem.vouchedFor = 0
 		return nil
 	}
 	switch view.State {
 	case holder.StateHeld:
 		r.lookAtBeat(ctx)
+		r.mem.catchUp(s.mem)
 		if b := r.mem.lastBeat(); b.changedAt.After(clk.RenewedAt) {
 			clk.RenewedAt = b.changedAt
 		}
-		r.mem.vouch(s.key, p.LeaseDuration)
+		s.mem.vouchedFor = p.LeaseDuration
 		return nil
 	case holder.StateRevoked, holder.StateReleased:
-		r.mem.unvouch(s.key)
-		credit, ok := r.mem.endCredit(s.key, s.lease)
+		s.mem.vouchedFor = 0
+		credit, ok := s.mem.endCredit(s.lease)
 		if !ok {
 			var err error
 			if credit, err = r.creditAfterEnd(ctx, s.lease.ResourceVersion); err != nil {
 				return err
 			}
-			r.mem.setEndCredit(s.key, s.lease, credit)
+			s.mem.setEndCredit(s.lease, credit)
 		}
 		if credit.After(clk.RenewedAt) {
 			clk.RenewedAt = credit
 		}
 	default:
-		r.mem.unvouch(s.key)
+		s.mem.vouchedFor = 0
 	}
 	return nil
 }
@@ -217,8 +219,7 @@ func (r *Reconciler) planned(ctx context.Context, s *scope, in grantInputs) {
 	if s.plan.Spends {
 		r.pace.spend(in.clk.Now)
 	}
-	r.mem.setExpired(s.key, s.plan.Behind)
-	s.behind = s.plan.Behind
+	s.mem.expired = s.plan.Behind
 	if s.plan.Deferred {
 		r.pace.expired(in.clk.Now)
 		ctrl.LoggerFrom(ctx).V(1).Info("Grant expired unrenewed; re-granting it behind the renewals of the grants still held")
@@ -262,22 +263,21 @@ func (r *Reconciler) applyGrant(ctx context.Context, s *scope, in grantInputs) (
 	switch {
 	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 		ctrl.LoggerFrom(ctx).V(4).Info("Lease changed under us; looking again", "err", err.Error())
-		s.stale = true
+		s.found(stale)
 		if apierrors.IsConflict(err) && !unsaved(s.lease) {
 			r.checkCacheAhead(ctx, s)
 		}
 		return ctrl.Result{}, nil
-	case err != nil || s.stale:
+	case err != nil || s.next == stale:
 		return result, err
 	}
 	if in.pending {
 		r.handledHandoff(ctx, s, in.handoff)
 	}
-	if s.behind && s.plan.Action != holder.Wait {
+	if s.mem.expired && s.plan.Action != holder.Wait {
 		// Re-granted (or revoked): the reconcile after it publishes the new
 		// grant and schedules its renewals, at their priority.
-		r.mem.setExpired(s.key, false)
-		s.behind = false
+		s.mem.expired = false
 	}
 	return result, nil
 }
@@ -289,7 +289,7 @@ func (r *Reconciler) renew(ctx context.Context, s *scope, p holder.Policy) error
 	}
 	s.outcome.renewed = holder.RenewalOperator
 	s.lease = l
-	r.mem.confirmed(s.key, l, holder.LeaseOf(l).Fence, false)
+	s.mem.confirmed(l, holder.LeaseOf(l).Fence, false, r.Clock.Now())
 	return nil
 }
 
@@ -297,7 +297,7 @@ func (r *Reconciler) renew(ctx context.Context, s *scope, p holder.Policy) error
 // then the old holder is told that it is a standby (best effort: it may be
 // gone).
 func (r *Reconciler) revoke(ctx context.Context, s *scope, view holder.Lease) error {
-	held := r.mem.heldFor(s.key)
+	held := s.mem.heldFor(r.Clock.Now())
 	l, err := r.revokeLease(ctx, s.lease, handoffMark(s))
 	if err != nil {
 		return err
@@ -316,10 +316,10 @@ func (r *Reconciler) drop(ctx context.Context, s *scope) error {
 	if err != nil {
 		return err
 	}
-	r.mem.dropped(s.key, l)
+	s.mem.letGo(l)
 	s.lease = l
 	ctrl.LoggerFrom(ctx).Info("Let go of the deleted Lease: its grant is over", "lease", klog.KObj(l))
-	s.again = true
+	s.found(lookAgain)
 	return nil
 }
 
@@ -352,7 +352,7 @@ func (r *Reconciler) grantEnded(ctx context.Context, s *scope, pod string, old h
 func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease, floor int64) (ctrl.Result, error) {
 	target := s.plan.Target
 	policy := r.policyOf(s.fl)
-	oldName, held := ptr.Deref(s.lease.Spec.HolderIdentity, ""), r.mem.heldFor(s.key)
+	oldName, held := ptr.Deref(s.lease.Spec.HolderIdentity, ""), s.mem.heldFor(r.Clock.Now())
 	// The first grant of a FencedLease whose status, as read, never
 	// recorded one (publishFirst).
 	created := unsaved(s.lease) && s.recorded.Fence == 0 && s.recorded.Holder == nil
@@ -397,8 +397,8 @@ func (r *Reconciler) grant(ctx context.Context, s *scope, old holder.Lease, floo
 	}
 	l = committed
 	s.lease, s.created = l, created
-	r.mem.confirmed(s.key, l, fence, true)
-	r.mem.notRefused(s.key)
+	s.mem.confirmed(l, fence, true, r.Clock.Now())
+	s.mem.refusal = nil
 	s.outcome.granted = true
 	r.transition(ctx, s.fl, transition{eventType: eventNormal, reason: fencingv1alpha1.EventGranted, pod: target.Name, fence: fence,
 		outcome: s.plan.Why, message: fmt.Sprintf("Granted the lease to pod %s with fence %d (%s)", target.Name, fence, s.plan.Why)})
@@ -422,7 +422,7 @@ func (r *Reconciler) refuse(ctx context.Context, s *scope, refusal *holder.Refus
 		target = ptr.Deref(s.lease.Spec.HolderIdentity, "")
 	}
 	s.outcome.regression = true
-	r.mem.refused(s.key, *refusal)
+	s.mem.refused(*refusal, r.Clock.Now())
 	r.event(ctx, s.fl, eventWarning, fencingv1alpha1.EventFenceRegression,
 		"Refused to grant pod %s: %s (was the API server's storage restored?)", target, refusal.Err)
 }

@@ -47,7 +47,7 @@ func (e invalidSelectorError) Error() string { return "spec.selector is invalid:
 // gatherPods reads the pods of a FencedLease from the cache: those its
 // selector selects, those that still carry its label or annotations, and the
 // nodes the selected ones run on.
-func (r *Reconciler) gatherPods(ctx context.Context, fl *fencingv1alpha1.FencedLease) (*pods, error) {
+func (r *Reconciler) gatherPods(ctx context.Context, fl *fencingv1alpha1.FencedLease, mem *memory) (*pods, error) {
 	sel, err := metav1.LabelSelectorAsSelector(&fl.Spec.Selector)
 	if err != nil {
 		return nil, invalidSelectorError{err: err}
@@ -55,7 +55,7 @@ func (r *Reconciler) gatherPods(ctx context.Context, fl *fencingv1alpha1.FencedL
 	if sel.Empty() {
 		return nil, invalidSelectorError{err: fmt.Errorf("it selects every pod of the namespace")}
 	}
-	selected, marked, err := r.listPods(ctx, fl, sel)
+	selected, marked, err := r.listPods(ctx, fl, sel, mem)
 	if err != nil {
 		return nil, err
 	}
@@ -119,19 +119,18 @@ func (r *Reconciler) nodeOf(ctx context.Context, pod *corev1.Pod) (*corev1.Node,
 // Annotations that others may write — pods, protected objects — never count:
 // a forged one must not be able to block every grant.
 func (r *Reconciler) fenceFloor(s *scope) int64 {
-	return holder.MaxFence(s.recorded.Fence, s.fl.Status.Fence, fenceAnnotation(s.lease.Annotations), r.mem.maxFence(s.key))
+	return holder.MaxFence(s.recorded.Fence, s.fl.Status.Fence, fenceAnnotation(s.lease.Annotations), s.mem.maxFence)
 }
 
 // listPods lists the pods a FencedLease selects and those marked with its
 // label: from the cache, or, while that cache may be ahead of a store that
 // went back (regression.go), from the API server, whose versions the pod
 // writes must carry to apply, until no pod in the cache is ahead.
-func (r *Reconciler) listPods(ctx context.Context, fl *fencingv1alpha1.FencedLease, sel labels.Selector) (selected, marked []corev1.Pod, err error) {
-	key := client.ObjectKeyFromObject(fl)
+func (r *Reconciler) listPods(ctx context.Context, fl *fencingv1alpha1.FencedLease, sel labels.Selector, mem *memory) (selected, marked []corev1.Pod, err error) {
 	if selected, marked, err = r.listCachedPods(ctx, fl, sel); err != nil {
 		return nil, nil, err
 	}
-	if !r.mem.aheadOf(key, podCache) {
+	if !mem.isAhead(podCache) {
 		return selected, marked, nil
 	}
 	var liveSelected, liveMarked corev1.PodList
@@ -142,7 +141,7 @@ func (r *Reconciler) listPods(ctx context.Context, fl *fencingv1alpha1.FencedLea
 		return nil, nil, fmt.Errorf("list pods marked for FencedLease %s/%s from the API server: %w", fl.Namespace, fl.Name, err)
 	}
 	if !podsAhead(slices.Concat(selected, marked), slices.Concat(liveSelected.Items, liveMarked.Items)) {
-		r.mem.caughtUp(key, podCache)
+		mem.caughtUp(podCache)
 		return selected, marked, nil
 	}
 	return liveSelected.Items, liveMarked.Items, nil

@@ -50,7 +50,7 @@ func fenceAnnotation(ann map[string]string) int64 { return record.FenceOf(ann[re
 // floor of the next one, and leaseTransitions never goes back; a Lease this
 // process let go once its grant was over is re-created with no grant in
 // force.
-func (r *Reconciler) getOrCreateLease(ctx context.Context, fl *fencingv1alpha1.FencedLease) (*coordinationv1.Lease, error) {
+func (r *Reconciler) getOrCreateLease(ctx context.Context, fl *fencingv1alpha1.FencedLease, mem *memory) (*coordinationv1.Lease, error) {
 	key := types.NamespacedName{Namespace: fl.Namespace, Name: fl.Name}
 	l := &coordinationv1.Lease{}
 	err := r.Get(ctx, key, l)
@@ -67,7 +67,7 @@ func (r *Reconciler) getOrCreateLease(ctx context.Context, fl *fencingv1alpha1.F
 	if live.UID != fl.UID || live.DeletionTimestamp != nil {
 		return nil, errLeaseLagging // the cache lags behind a deletion
 	}
-	l = revokedLease(live, r.mem.maxFence(key), r.mem.over(key))
+	l = revokedLease(live, mem.maxFence, mem.over())
 	if err := controllerutil.SetControllerReference(fl, l, r.Scheme()); err != nil {
 		return nil, fmt.Errorf("set owner of Lease %s: %w", klog.KObj(l), err)
 	}

@@ -140,7 +140,7 @@ type leaseTrack struct {
 // recorded, into the values of the FencedLease's series and observations of
 // the histograms.
 func (r *Reconciler) recordMetrics(s *scope) {
-	if s.stale {
+	if s.next == stale {
 		return
 	}
 	now := r.Clock.Now()
@@ -152,7 +152,7 @@ func (r *Reconciler) recordMetrics(s *scope) {
 	}
 	r.mem.mu.Lock()
 	defer r.mem.mu.Unlock()
-	tr := &r.mem.get(s.key).track
+	tr := r.mem.track(s.key)
 	ls := &tr.series
 	ls.recorded = true
 	// The counters of the mode exist at 0 from the first look, so that

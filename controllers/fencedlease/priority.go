@@ -25,7 +25,7 @@ const PriorityRenewal = 10
 // re-grant of a grant found expired goes at 0, behind the renewals of the
 // grants still held (expiry.go).
 func priorityOf(s *scope) *int {
-	if carriesGrant(s) && !s.behind {
+	if carriesGrant(s) && (s.mem == nil || !s.mem.expired) {
 		return ptr.To(PriorityRenewal)
 	}
 	return ptr.To(0)

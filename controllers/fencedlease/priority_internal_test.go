@@ -21,7 +21,7 @@ func TestPriorityOfARegrantIsBehindTheRenewals(t *testing.T) {
 		expect int
 	}{
 		{"a held grant", scope{lease: held}, PriorityRenewal},
-		{"a held grant found expired, its re-grant waiting", scope{lease: held, behind: true}, 0},
+		{"a held grant found expired, its re-grant waiting", scope{lease: held, mem: &memory{expired: true}}, 0},
 		{"no grant", scope{lease: &coordinationv1.Lease{}}, 0},
 	} {
 		if got := *priorityOf(&tc.s); got != tc.expect {

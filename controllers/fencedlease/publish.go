@@ -76,7 +76,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) (ctrl.Result, 
 			conditions = append(conditions, err)
 		}
 	}
-	if target, fence := publishable(s); target != nil && len(errs) == 0 && !r.mem.publishedLately(s.key, target, fence) {
+	if target, fence := publishable(s); target != nil && len(errs) == 0 && !s.mem.publishedLately(target, fence) {
 		if err := r.publishHolder(ctx, s, target, fence, false); err != nil {
 			errs = append(errs, err)
 		}
@@ -101,10 +101,10 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) (ctrl.Result, 
 // orders it before the holder's write only (docs/design.md, "The status
 // patch runs beside the publication's reads"). A takeover publishes its
 // new holder one round trip sooner.
-func (r *Reconciler) recordAndPublish(ctx context.Context, base *fencingv1alpha1.FencedLease, s *scope, ok bool) (bool, error) {
-	write := r.planStatus(ctx, base, s, ok)
+func (r *Reconciler) recordAndPublish(ctx context.Context, s *scope, publish bool) error {
+	write := r.planStatus(ctx, s.base, s, publish)
 	var pub *publication
-	if ok {
+	if publish {
 		pub = r.committedPublication(s)
 	}
 	recorded, requeue := !write, false
@@ -115,7 +115,7 @@ func (r *Reconciler) recordAndPublish(ctx context.Context, base *fencingv1alpha1
 		// The patch decodes the stored FencedLease into a copy: the
 		// publication's reads use the scope's at the same time.
 		fl = s.fl.DeepCopy()
-		steps = append(steps, func(ctx context.Context) { recorded, requeue, err = r.writeStatus(ctx, s.key, base, fl) })
+		steps = append(steps, func(ctx context.Context) { recorded, requeue, err = r.writeStatus(ctx, s.mem, s.base, fl) })
 	}
 	if pub != nil {
 		steps = append(steps, pub.reads(r)...)
@@ -124,19 +124,22 @@ func (r *Reconciler) recordAndPublish(ctx context.Context, base *fencingv1alpha1
 	if recorded {
 		s.fl = fl
 	}
+	if requeue {
+		s.found(lookAgain)
+	}
 	if pub == nil || !recorded || requeue || err != nil {
-		return requeue, err
+		return err
 	}
 	if perr := pub.write(ctx, r); perr != nil {
 		ctrl.LoggerFrom(ctx).V(4).Info("Publishing the new grant on the next look", "holder", pub.target.Name, "fence", pub.fence, "err", perr.Error())
 	}
-	return requeue, nil
+	return nil
 }
 
 // committedPublication is the publication of the grant this reconcile
 // committed, to be made once the status records it, or nil.
 func (r *Reconciler) committedPublication(s *scope) *publication {
-	if !s.outcome.granted || s.stale || s.pods == nil {
+	if !s.outcome.granted || s.next == stale || s.pods == nil {
 		return nil
 	}
 	s.recorded = *s.fl.Status.DeepCopy()
@@ -168,7 +171,7 @@ func podErrors(ctx context.Context, s *scope, errs []error) error {
 	}
 	if len(errs) > 0 {
 		ctrl.LoggerFrom(ctx).V(4).Info("A pod or the Lease changed under the pod writes; looking again", "err", kerrors.NewAggregate(errs).Error())
-		s.again = true
+		s.found(lookAgain)
 	}
 	return nil
 }
@@ -280,7 +283,7 @@ func (p *publication) write(ctx context.Context, r *Reconciler) error {
 	for i := range list.Items {
 		if listed := publicationOf(&list.Items[i], s.fl.Name); listed.IsHolder() && listed.Fence > fence {
 			// A newer grant is published already: ours is not current.
-			s.stale = true
+			s.found(stale)
 			return fmt.Errorf("pod %s holds fence %d, newer than fence %d: %w", list.Items[i].Name, listed.Fence, fence, errLookAgain)
 		}
 	}
@@ -347,7 +350,7 @@ func (r *Reconciler) publishOn(ctx context.Context, s *scope, target *corev1.Pod
 	if err := r.Patch(ctx, on, publicationPatch(holderAction, s.fl.Name, fence, on.GetResourceVersion())); err != nil {
 		return fmt.Errorf("publish fence %d to pod %s: %w", fence, klog.KObj(target), err)
 	}
-	r.mem.publishedNow(s.key, ownPublication{uid: target.UID, fence: fence, rv: on.GetResourceVersion()})
+	s.mem.published = ownPublication{uid: target.UID, fence: fence, rv: on.GetResourceVersion()}
 	ctrl.LoggerFrom(ctx).Info("Published fence to holder", "lease", klog.KObj(s.fl), "holder", target.Name, "fence", fence, "transition", fencingv1alpha1.EventHolderGranted)
 	r.podEvent(target, s.fl, eventNormal, fencingv1alpha1.EventHolderGranted, "Publish", "Holds FencedLease %s with fence %d", s.fl.Name, fence)
 	// The condition is written on the version the publication made: it
@@ -400,11 +403,6 @@ type ownPublication struct {
 	rv    string
 }
 
-// publishedNow remembers the publication this process just wrote.
-func (m *memories) publishedNow(key types.NamespacedName, p ownPublication) {
-	m.with(key, func(mem *memory) { mem.published = p })
-}
-
 // publishedLately says whether this process published fence to the pod
 // itself and the pod as cached is older than that write: the cache has not
 // caught up with it yet. The reconcile that follows every grant a
@@ -415,16 +413,12 @@ func (m *memories) publishedNow(key types.NamespacedName, p ownPublication) {
 // and is looked at as usual; so is every pod while the pod cache may be
 // ahead of a store that went back in time, and a write from before the
 // store went back is forgotten (regression.go).
-func (m *memories) publishedLately(key types.NamespacedName, pod *corev1.Pod, fence int64) bool {
-	var lately bool
-	m.with(key, func(mem *memory) {
-		p := mem.published
-		if mem.ahead&podCache != 0 || p.uid != pod.UID || p.fence != fence || p.rv == "" {
-			return
-		}
-		lately = record.Newer(p.rv, pod.ResourceVersion)
-	})
-	return lately
+func (mem *memory) publishedLately(pod *corev1.Pod, fence int64) bool {
+	p := mem.published
+	if mem.isAhead(podCache) || p.uid != pod.UID || p.fence != fence || p.rv == "" {
+		return false
+	}
+	return record.Newer(p.rv, pod.ResourceVersion)
 }
 
 // otherHolder says whether a pod of the FencedLease other than the one with
@@ -446,7 +440,7 @@ func (r *Reconciler) confirmGrant(ctx context.Context, s *scope, uid types.UID, 
 		return fmt.Errorf("confirm Lease %s before publishing: %w", klog.KObj(s.lease), err)
 	}
 	if v := holder.LeaseOf(live); v.State != holder.StateHeld || v.HolderUID != uid || v.Fence != fence {
-		s.stale = true
+		s.found(stale)
 		return fmt.Errorf("lease %s moved on before fence %d was published: %w", klog.KObj(live), fence, errLookAgain)
 	}
 	return nil

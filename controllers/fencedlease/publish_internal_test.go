@@ -46,8 +46,8 @@ func TestPodErrorsLookAgainOnConflictsOnly(t *testing.T) {
 		case tc.wantErr != "" && strings.Contains(err.Error(), "modified"):
 			t.Errorf("%s: error %v also reports the conflict", tc.name, err)
 		}
-		if s.again != tc.wantAgain {
-			t.Errorf("%s: again = %v, want %v", tc.name, s.again, tc.wantAgain)
+		if again := s.next == lookAgain; again != tc.wantAgain {
+			t.Errorf("%s: again = %v, want %v", tc.name, again, tc.wantAgain)
 		}
 	}
 }

@@ -23,34 +23,25 @@ type refusal struct {
 	reason holder.Refusal
 }
 
-// refused remembers that a grant of key was refused for a fence regression
+// refused remembers that a grant was refused for a fence regression at
 // now.
-func (m *memories) refused(key types.NamespacedName, r holder.Refusal) {
-	now := m.clock.Now()
-	m.with(key, func(mem *memory) { mem.refusal = &refusal{at: now, reason: r} })
+func (mem *memory) refused(r holder.Refusal, now time.Time) {
+	mem.refusal = &refusal{at: now, reason: r}
 }
 
-// stillRefused tells, while the last refusal of key is less than
-// holder.RegressionRetry old, how long the next try waits and the refusal.
-func (m *memories) stillRefused(key types.NamespacedName) (time.Duration, *holder.Refusal) {
-	var wait time.Duration
-	var r *holder.Refusal
-	now := m.clock.Now()
-	m.with(key, func(mem *memory) {
-		if mem.refusal == nil {
-			return
-		}
-		if wait = mem.refusal.at.Add(holder.RegressionRetry).Sub(now); wait > 0 {
-			reason := mem.refusal.reason
-			r = &reason
-		}
-	})
-	return max(wait, 0), r
-}
-
-// notRefused forgets the last refusal of key: a grant was committed.
-func (m *memories) notRefused(key types.NamespacedName) {
-	m.with(key, func(mem *memory) { mem.refusal = nil })
+// stillRefused tells, while the last refusal is less than
+// holder.RegressionRetry old at now, how long the next try waits and the
+// refusal.
+func (mem *memory) stillRefused(now time.Time) (time.Duration, *holder.Refusal) {
+	if mem.refusal == nil {
+		return 0, nil
+	}
+	wait := mem.refusal.at.Add(holder.RegressionRetry).Sub(now)
+	if wait <= 0 {
+		return 0, nil
+	}
+	reason := mem.refusal.reason
+	return wait, &reason
 }
 
 // readRestored reads again from the API server a held grant whose Lease's
@@ -68,7 +59,7 @@ func (r *Reconciler) readRestored(ctx context.Context, s *scope, floor int64) er
 		return fmt.Errorf("read Lease %s again, its version below the fence floor %d: %w", klog.KObj(s.lease), floor, err)
 	}
 	if !belowFloor(live.ResourceVersion, floor) || holder.LeaseOf(live).State != holder.StateHeld {
-		s.stale = true
+		s.found(stale)
 		return nil
 	}
 	s.lease = live
@@ -98,15 +89,15 @@ func (r *Reconciler) checkCacheAhead(ctx context.Context, s *scope) {
 	if live.UID == s.lease.UID && record.MaybeNewer(s.lease.ResourceVersion, live.ResourceVersion) {
 		ctrl.LoggerFrom(ctx).Info("The Lease cache is ahead of the API server's store (was etcd restored?); reading the Lease from the API server until it catches up",
 			"lease", klog.KObj(live), "cached", s.lease.ResourceVersion, "stored", live.ResourceVersion)
-		r.mem.with(s.key, (*memory).storeWentBack)
+		s.mem.storeWentBack()
 	}
 }
 
 // leaseBehindCache returns the Lease to plan on: the cached one, or, while
 // the cache is ahead of the store (checkCacheAhead), the API server's, until
 // the cache holds that version or a newer one.
-func (r *Reconciler) leaseBehindCache(ctx context.Context, key types.NamespacedName, cached *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	if !r.mem.aheadOf(key, leaseCache) {
+func (r *Reconciler) leaseBehindCache(ctx context.Context, mem *memory, cached *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	if !mem.isAhead(leaseCache) {
 		return cached, nil
 	}
 	live := &coordinationv1.Lease{}
@@ -114,7 +105,7 @@ func (r *Reconciler) leaseBehindCache(ctx context.Context, key types.NamespacedN
 		return nil, fmt.Errorf("read Lease %s from the API server, its cache being ahead of the store: %w", klog.KObj(cached), err)
 	}
 	if live.UID != cached.UID || !record.MaybeNewer(cached.ResourceVersion, live.ResourceVersion) {
-		r.mem.caughtUp(key, leaseCache)
+		mem.caughtUp(leaseCache)
 		return cached, nil
 	}
 	return live, nil
@@ -150,7 +141,8 @@ func (m *memories) sawStoreGoBack(l *coordinationv1.Lease) (seen string, back bo
 	for _, mem := range m.byKey {
 		mem.storeWentBack()
 	}
-	m.wentBack = true
+	m.wentBack++
+	m.woken = true
 	return seen, true
 }
 
@@ -168,10 +160,10 @@ func (m *memories) beatFromLostPast(l *coordinationv1.Lease) bool {
 func (m *memories) takeWentBack() []types.NamespacedName {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.wentBack {
+	if !m.woken {
 		return nil
 	}
-	m.wentBack = false
+	m.woken = false
 	keys := make([]types.NamespacedName, 0, len(m.byKey))
 	for key := range m.byKey {
 		keys = append(keys, key)
@@ -192,9 +184,9 @@ func maxVersion(a, b string) string {
 // server's, until the cache holds that version or a newer one. The status
 // then records what the restored store holds instead of conflicting until
 // the cache lists again.
-func (r *Reconciler) fencedLeaseBehindCache(ctx context.Context, cached *fencingv1alpha1.FencedLease) (*fencingv1alpha1.FencedLease, error) {
+func (r *Reconciler) fencedLeaseBehindCache(ctx context.Context, mem *memory, cached *fencingv1alpha1.FencedLease) (*fencingv1alpha1.FencedLease, error) {
 	key := client.ObjectKeyFromObject(cached)
-	if !r.mem.aheadOf(key, fencedLeaseCache) {
+	if !mem.isAhead(fencedLeaseCache) {
 		return cached, nil
 	}
 	live := &fencingv1alpha1.FencedLease{}
@@ -202,9 +194,9 @@ func (r *Reconciler) fencedLeaseBehindCache(ctx context.Context, cached *fencing
 		return nil, fmt.Errorf("read FencedLease %s from the API server, its cache being ahead of the store: %w", klog.KObj(cached), err)
 	}
 	if live.UID != cached.UID || !record.MaybeNewer(cached.ResourceVersion, live.ResourceVersion) {
-		r.mem.caughtUp(key, fencedLeaseCache)
+		mem.caughtUp(fencedLeaseCache)
 		return cached, nil
 	}
-	r.mem.unwritten(key)
+	mem.written = nil
 	return live, nil
 }

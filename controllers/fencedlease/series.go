@@ -118,8 +118,8 @@ func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
 func (m *memories) appendSeries(all []keyedSeries) []keyedSeries {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for key, mem := range m.byKey {
-		ls := mem.track.series
+	for key, tr := range m.tracks {
+		ls := tr.series
 		if !ls.recorded {
 			continue
 		}

@@ -51,7 +51,7 @@ func TestSeriesAreServedFromMemoryAndGoWithIt(t *testing.T) {
 	recordLook(r, "a", 0, outcome{ended: holder.CauseNotReady, heldFor: time.Second})
 	recordLook(r, "a", 57, outcome{granted: true})
 	recordLook(r, "b", 0, outcome{regression: true})
-	stale := &scope{key: types.NamespacedName{Namespace: "ns", Name: "c"}, fl: &fencingv1alpha1.FencedLease{}, stale: true}
+	stale := &scope{key: types.NamespacedName{Namespace: "ns", Name: "c"}, fl: &fencingv1alpha1.FencedLease{}, next: stale}
 	r.recordMetrics(stale)
 
 	want := `

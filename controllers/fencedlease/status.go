@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -28,7 +27,7 @@ import (
 // when nothing changed. observedGeneration is bumped only when the
 // reconcile succeeded.
 func (r *Reconciler) planStatus(ctx context.Context, base *fencingv1alpha1.FencedLease, s *scope, ok bool) bool {
-	if s.stale || s.plan.Deferred {
+	if s.next == stale || s.plan.Deferred {
 		return false
 	}
 	r.computeStatus(ctx, s)
@@ -47,20 +46,20 @@ func (r *Reconciler) planStatus(ctx context.Context, base *fencingv1alpha1.Fence
 // patch from an earlier reconcile, or one based on a lagging cache, fails
 // instead of overwriting a newer record). recorded says that the status
 // now records what was planned; a conflict asks for another look soon.
-func (r *Reconciler) writeStatus(ctx context.Context, key types.NamespacedName, base, fl *fencingv1alpha1.FencedLease) (recorded, requeue bool, err error) {
+func (r *Reconciler) writeStatus(ctx context.Context, mem *memory, base, fl *fencingv1alpha1.FencedLease) (recorded, requeue bool, err error) {
 	err = r.Status().Patch(ctx, fl, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 	switch {
 	case apierrors.IsConflict(err):
 		ctrl.LoggerFrom(ctx).V(4).Info("FencedLease changed under us; recording the status again")
-		r.mem.unwritten(key)
+		mem.written = nil
 		return false, true, nil
 	case apierrors.IsNotFound(err):
-		r.mem.unwritten(key)
+		mem.written = nil
 		return false, false, nil
 	case err != nil:
 		return false, false, fmt.Errorf("patch status of FencedLease %s: %w", klog.KObj(fl), err)
 	}
-	r.mem.remember(fl)
+	mem.remember(fl)
 	return true, false, nil
 }
 

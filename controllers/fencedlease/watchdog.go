@@ -71,28 +71,14 @@ func (h *heartbeatRunner) Start(ctx context.Context) error {
 	}
 }
 
-// vouch records that key's held grant is vouched for by the heartbeat, with
-// that lease duration; unvouch that it is not (any more).
-func (m *memories) vouch(key types.NamespacedName, leaseDuration time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.vouched[key] = leaseDuration
-}
-
-func (m *memories) unvouch(key types.NamespacedName) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.vouched, key)
-}
-
 // renewedVouched records a renewal, at unix time at, in the series of every
 // FencedLease whose held grant the heartbeat vouches for.
 func (m *memories) renewedVouched(at float64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for key := range m.vouched {
-		if mem := m.byKey[key]; mem != nil {
-			mem.track.series.lastRenewal = at
+		if tr := m.tracks[key]; tr != nil {
+			tr.series.lastRenewal = at
 		}
 	}
 }

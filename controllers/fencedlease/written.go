@@ -1,9 +1,6 @@
 package fencedlease
 
 import (
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/record"
 )
@@ -31,34 +28,24 @@ import (
 // reconcile, a copy is kept for most FencedLeases at any time (a held grant
 // is reconciled once per refresh), and the field sets were the larger part
 // of it (about 11 MB of the heap at ten thousand).
-func (m *memories) remember(fl *fencingv1alpha1.FencedLease) {
+func (mem *memory) remember(fl *fencingv1alpha1.FencedLease) {
 	own := fl.DeepCopy()
 	own.ManagedFields = nil
-	m.with(client.ObjectKeyFromObject(fl), func(mem *memory) { mem.written = own })
+	mem.written = own
 }
 
 // refresh makes fl, read from the cache, this process's own last write of
 // it when that is newer (the same object, a later resourceVersion), and
 // forgets the kept copy once the cache has caught up with it or the
 // FencedLease is another one.
-func (m *memories) refresh(fl *fencingv1alpha1.FencedLease) {
-	m.with(client.ObjectKeyFromObject(fl), func(mem *memory) {
-		own := mem.written
-		if own == nil {
-			return
-		}
-		if own.UID == fl.UID {
-			if record.Newer(own.ResourceVersion, fl.ResourceVersion) {
-				own.DeepCopyInto(fl)
-				return
-			}
-		}
-		mem.written = nil
-	})
-}
-
-// unwritten forgets the kept copy of key: a write of it conflicted, or the
-// object is gone.
-func (m *memories) unwritten(key types.NamespacedName) {
-	m.with(key, func(mem *memory) { mem.written = nil })
+func (mem *memory) refresh(fl *fencingv1alpha1.FencedLease) {
+	own := mem.written
+	if own == nil {
+		return
+	}
+	if own.UID == fl.UID && record.Newer(own.ResourceVersion, fl.ResourceVersion) {
+		own.DeepCopyInto(fl)
+		return
+	}
+	mem.written = nil
 }

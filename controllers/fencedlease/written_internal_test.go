@@ -17,8 +17,33 @@ func writtenFL(uid, rv string, fence int64) *fencingv1alpha1.FencedLease {
 	}
 }
 
+// kept is the memories of one FencedLease as its reconciles use them: each
+// loads the memory, changes it, and stores it back.
+type kept struct {
+	m   *memories
+	key types.NamespacedName
+}
+
+func newKept() kept {
+	return kept{m: newMemories(clock.RealClock{}), key: types.NamespacedName{Namespace: "ns", Name: "db"}}
+}
+
+func (k kept) remember(fl *fencingv1alpha1.FencedLease) {
+	mem := k.m.load(k.key)
+	mem.remember(fl)
+	k.m.store(mem)
+}
+
+func (k kept) refresh(fl *fencingv1alpha1.FencedLease) {
+	mem := k.m.load(k.key)
+	mem.refresh(fl)
+	k.m.store(mem)
+}
+
+func (k kept) forget() { k.m.forget(k.key) }
+
 func TestWrittenServesOwnWriteUntilTheCacheHasIt(t *testing.T) {
-	w := newMemories(clock.RealClock{})
+	w := newKept()
 	w.remember(writtenFL("u1", "20", 20))
 
 	cached := writtenFL("u1", "10", 10)
@@ -56,7 +81,7 @@ func TestWrittenServesOwnWriteUntilTheCacheHasIt(t *testing.T) {
 	}
 
 	w.remember(writtenFL("u2", "60", 60))
-	w.forget(types.NamespacedName{Namespace: "ns", Name: "db"})
+	w.forget()
 	plain := writtenFL("u2", "55", 55)
 	w.refresh(plain)
 	if plain.ResourceVersion != "55" {
@@ -67,7 +92,7 @@ func TestWrittenServesOwnWriteUntilTheCacheHasIt(t *testing.T) {
 // TestWrittenKeepsNoManagedFields: the copy kept of a write leaves out its
 // managedFields, as the cache does; the write itself keeps them.
 func TestWrittenKeepsNoManagedFields(t *testing.T) {
-	w := newMemories(clock.RealClock{})
+	w := newKept()
 	fl := writtenFL("u1", "20", 20)
 	fl.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "fencedlease", Operation: metav1.ManagedFieldsOperationUpdate,
 		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:fence":{}}}`)}}
