@@ -25,7 +25,10 @@ import (
 type Manager struct {
 	ctrl.Manager
 	cancel context.CancelFunc
-	done   chan error
+	// stopped is closed once the manager has stopped; err is then what
+	// its Start returned.
+	stopped chan struct{}
+	err     error
 }
 
 // ManagerOptions tune a test manager.
@@ -97,8 +100,8 @@ func StartManager(ctx context.Context, cfg *rest.Config, o ManagerOptions) (*Man
 		}
 	}
 	mctx, cancel := context.WithCancel(ctx)
-	m := &Manager{Manager: mgr, cancel: cancel, done: make(chan error, 1)}
-	go func() { m.done <- mgr.Start(mctx) }()
+	m := &Manager{Manager: mgr, cancel: cancel, stopped: make(chan struct{})}
+	go func() { m.err = mgr.Start(mctx); close(m.stopped) }()
 	if o.Webhooks != nil {
 		if err := waitForWebhookServer(ctx, o.Webhooks); err != nil {
 			cancel()
@@ -144,8 +147,8 @@ func ensureNamespace(ctx context.Context, cfg *rest.Config, name string) error {
 func (m *Manager) Stop() error {
 	m.cancel()
 	select {
-	case err := <-m.done:
-		return err
+	case <-m.stopped:
+		return m.err
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("manager did not stop within 30s")
 	}
@@ -155,11 +158,12 @@ func (m *Manager) Stop() error {
 // a cancelled context from now on.
 func (m *Manager) Crash() { m.cancel() }
 
-// Wait waits for a crashed operator to finish stopping.
+// Wait waits for a crashed operator to finish stopping (at most 30 s); a
+// crash ends with whatever error the cancelled context caused. Waiting again,
+// or stopping it after, returns at once.
 func (m *Manager) Wait() {
 	select {
-	case err := <-m.done:
-		_ = err // a crash ends with whatever error the cancelled context caused
+	case <-m.stopped:
 	case <-time.After(30 * time.Second):
 	}
 }
