@@ -103,6 +103,10 @@ type grantInputs struct {
 	// handoff is the handoff request not handled yet, if pending.
 	handoff string
 	pending bool
+	// admitted says that a first grant was taken from the budget when the
+	// gates were read (pacer.admit): planned gives it back unless the plan
+	// spends it.
+	admitted bool
 }
 
 // gatherGrant reads the grant as the Lease records it, observes it on this
@@ -141,12 +145,16 @@ func (r *Reconciler) gatherGrant(ctx context.Context, s *scope) (grantInputs, er
 		HandoffRequested: in.pending,
 		Gates:            r.gates(s, in.view, floor, in.clk.Now),
 	}
+	in.admitted = in.view.State == holder.StateFree && in.decision.Gates.Closed == ""
 	return in, nil
 }
 
 // gates are what this operator holds a FencedLease's plan to: the fence
 // floor, a refusal still waited out, its admission of first grants, and
-// whether it deferred the current grant's expiry already.
+// whether it deferred the current grant's expiry already. Admission takes
+// the first grant from the budget as it answers, so that workers deciding
+// at the same instant cannot all be admitted on the last one; planned
+// gives it back if the plan makes no grant.
 func (r *Reconciler) gates(s *scope, view holder.Lease, floor int64, now time.Time) holder.Gates {
 	g := holder.Gates{Floor: floor, DeferExpiry: !s.mem.expired}
 	if !unsaved(s.lease) {
@@ -154,7 +162,7 @@ func (r *Reconciler) gates(s *scope, view holder.Lease, floor int64, now time.Ti
 	}
 	g.RefusedFor, g.Refused = s.mem.stillRefused(now)
 	if view.State == holder.StateFree {
-		g.Closed = r.pace.closed(now)
+		g.Closed = r.pace.admit(now)
 	}
 	return g
 }
@@ -213,11 +221,15 @@ func (r *Reconciler) vouchedClock(ctx context.Context, s *scope, view holder.Lea
 }
 
 // planned keeps this process's account of the plan before it is applied:
-// the first grants' budget it spends, whether its re-grant waits behind
-// the renewals, and the outcome for the metrics.
+// the first grants' budget it spends (a first grant's was taken when it was
+// admitted, and is given back if the plan does not spend it), whether its
+// re-grant waits behind the renewals, and the outcome for the metrics.
 func (r *Reconciler) planned(ctx context.Context, s *scope, in grantInputs) {
-	if s.plan.Spends {
+	switch {
+	case s.plan.Spends && !in.admitted:
 		r.pace.spend(in.clk.Now)
+	case !s.plan.Spends && in.admitted:
+		r.pace.giveBack(in.clk.Now)
 	}
 	s.mem.expired = s.plan.Behind
 	if s.plan.Deferred {

@@ -59,6 +59,18 @@ func (p *pacer) closed(now time.Time) string {
 	return ""
 }
 
+// admit is closed, and takes a first grant from the budget when it
+// answers "" (giveBack returns it).
+func (p *pacer) admit(now time.Time) string {
+	if ok, why := p.pace.Admit(now); !ok {
+		return why
+	}
+	return ""
+}
+
+// giveBack returns a first grant admit took that the plan did not make.
+func (p *pacer) giveBack(now time.Time) { p.pace.GiveBack(now) }
+
 // spend takes a grant from the first grants' budget: a first grant
 // admitted, or a takeover or re-grant, which adds no renewals but makes
 // first grants wait while they happen.

@@ -2,7 +2,6 @@ package fencedlease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -66,11 +65,11 @@ func (r *Reconciler) readRestored(ctx context.Context, s *scope, floor int64) er
 	return nil
 }
 
-// belowFloor says whether resourceVersion rv is not above the fence floor.
+// belowFloor says whether resourceVersion rv is not above the fence floor
+// (holder.CheckFloor's regression; a version that is no number is not).
 func belowFloor(rv string, floor int64) bool {
-	_, err := holder.CheckIncreases(rv, floor)
-	var regression *holder.RegressionError
-	return errors.As(err, &regression)
+	r := holder.CheckFloor(rv, floor)
+	return r != nil && r.Reason == fencingv1alpha1.ReasonFenceRegression
 }
 
 // checkCacheAhead looks, after a write planned on the Lease cache

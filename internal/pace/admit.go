@@ -120,6 +120,16 @@ func (p *Pace) Admit(now time.Time) (bool, string) {
 	return ok, why
 }
 
+// GiveBack returns to the budget a first grant Admit took that was not
+// made (the FencedLease had nothing to grant, or waited for another
+// reason).
+func (p *Pace) GiveBack(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.advance(now)
+	p.admission.tokens = min(p.admission.tokens+1, max(p.admission.rate, 1))
+}
+
 // admits is Admits; p.mu must be held.
 func (p *Pace) admits(now time.Time) (bool, string) {
 	p.advance(now)

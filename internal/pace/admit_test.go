@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -37,6 +38,42 @@ func TestAQuietOperatorAdmitsABurstAtOnce(t *testing.T) {
 	}
 	if got := admitted(p, now.Add(100*time.Millisecond), 100); got != 10 {
 		t.Fatalf("100 ms later: %d admitted, want 10 (100 a second)", got)
+	}
+}
+
+// TestConcurrentAdmissionsTakeNoMoreThanTheBudget asks for 400 first grants
+// from 8 goroutines at one instant, with 100 in the budget: exactly 100 are
+// admitted, and those given back are admitted again. (Reading the budget and
+// spending from it apart let workers deciding at once overdraw it.)
+func TestConcurrentAdmissionsTakeNoMoreThanTheBudget(t *testing.T) {
+	p := New(32)
+	now := time.Unix(1000, 0)
+	var mu sync.Mutex
+	count := 0
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			n := admitted(p, now, 50)
+			mu.Lock()
+			count += n
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if count != 100 {
+		t.Fatalf("400 first grants asked for at once with 100 in the budget: %d admitted, want 100", count)
+	}
+	for range 3 {
+		p.GiveBack(now)
+	}
+	if got := admitted(p, now, 10); got != 3 {
+		t.Fatalf("after 3 admissions given back: %d admitted, want 3", got)
+	}
+	for range 500 {
+		p.GiveBack(now)
+	}
+	if got := admitted(p, now, 200); got != 100 {
+		t.Fatalf("after 500 given back: %d admitted, want the budget's 100 at most", got)
 	}
 }
 
