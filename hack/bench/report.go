@@ -30,6 +30,10 @@ type (
 		Groups    int      `json:"groups"`
 		NodeGrace string   `json:"node_grace"`
 		Series    []series `json:"series"`
+		CASProbe  struct {
+			CAS      []float64 `json:"cas_ms"`
+			Delivery []float64 `json:"delivery_ms"`
+		} `json:"cas_probe"`
 	}
 	queue struct {
 		Count float64 `json:"count"`
@@ -204,7 +208,39 @@ func writeFailover(b *strings.Builder, f failover) {
 			dist(sortedOf(s.Samples, func(x sample) float64 { return x.Published })),
 			dist(sortedOf(s.Samples, func(x sample) float64 { return x.Knows })), afterCols)
 	}
-	b.WriteString("\nclient-go has no notion of a node: a lost node is a crash from its view (the crash rows).\n\n![failover, published](failover-published.png)\n\n![failover, knows](failover-knows.png)\n")
+	b.WriteString("\nclient-go has no notion of a node: a lost node is a crash from its view (the crash rows).\n")
+	writeTakeoverBudget(b, f)
+	b.WriteString("\n![failover, published](failover-published.png)\n\n![failover, knows](failover-knows.png)\n")
+}
+
+// writeTakeoverBudget sets the Immediate takeovers against what they are
+// made of in the same run: four Lease compare-and-swap round trips (the
+// cause's write, the grant, the commit, the publication) and the watch
+// delivery the operator waits on.
+func writeTakeoverBudget(b *strings.Builder, f failover) {
+	cas, delivery := slices.Sorted(slices.Values(f.CASProbe.CAS)), slices.Sorted(slices.Values(f.CASProbe.Delivery))
+	if len(cas) == 0 || len(delivery) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nIn the same run, a Lease of its own written every 100 ms: compare-and-swap round trip p50 %s, p99 %s (%d); "+
+		"watch delivery after the reply p50 %s, p99 %s. The budget of a takeover is four round trips and one delivery:\n\n",
+		dur(quantile(cas, 0.5)), dur(quantile(cas, 0.99)), len(cas), dur(quantile(delivery, 0.5)), dur(quantile(delivery, 0.99)))
+	b.WriteString("| Immediate takeover | published p50 | budget p50 | share | published p99 | budget p99 | share |\n|---|---|---|---|---|---|---|\n")
+	for _, s := range f.Series {
+		if s.System != "fencedlease" || s.Config != "Immediate" || s.Cause == "node lost" {
+			continue
+		}
+		pub := sortedOf(s.Samples, func(x sample) float64 { return x.Published })
+		if len(pub) == 0 {
+			continue
+		}
+		row := func(p float64) (float64, float64) {
+			return quantile(pub, p), 4*quantile(cas, p) + quantile(delivery, p)
+		}
+		p50, b50 := row(0.5)
+		p99, b99 := row(0.99)
+		fmt.Fprintf(b, "| %s | %s | %s | %.2f | %s | %s | %.2f |\n", s.Cause, dur(p50), dur(b50), p50/b50, dur(p99), dur(b99), p99/b99)
+	}
 }
 
 func writeScale(b *strings.Builder, runs []scale) {

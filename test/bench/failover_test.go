@@ -30,7 +30,9 @@ import (
 // candidate and a killed one. BENCH_ONLY, if set, keeps only the series
 // whose "system configuration cause" contains it; BENCH_API_RTT, if set,
 // holds back every request of the operator by that long (withRTT).
-// Asserted: every handoff happens, to the other candidate, with a higher
+// Beside them, a Lease of its own is written every 100 ms (probeCAS): the
+// same run's compare-and-swap round trip and watch delivery, what an
+// Immediate takeover is made of. Asserted: every handoff happens, to the other candidate, with a higher
 // fence for fencedlease, never two published holders
 // (testenv.WatchHolders) and never two client-go leaders at once.
 func TestFailover(t *testing.T) {
@@ -102,6 +104,7 @@ func TestFailover(t *testing.T) {
 			return !strings.Contains(j.series.System+" "+j.series.Config+" "+j.series.Cause, only)
 		})
 	}
+	probed := probeCAS(ctx, t, cs, ns, 100*time.Millisecond)
 	start := time.Now()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -130,7 +133,7 @@ func TestFailover(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d series of %d handoffs in %s", len(jobs), handoffs, time.Since(start).Round(time.Second))
 
-	res := Result{Handoffs: handoffs, Groups: groups, NodeGrace: grace.String()}
+	res := Result{Handoffs: handoffs, Groups: groups, NodeGrace: grace.String(), CASProbe: probed()}
 	for _, j := range jobs {
 		res.Series = append(res.Series, j.series)
 		var pub, knows []float64

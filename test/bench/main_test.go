@@ -72,6 +72,9 @@ type Result struct {
 	Groups    int      `json:"groups"`
 	NodeGrace string   `json:"node_grace"`
 	Series    []Series `json:"series"`
+	// CASProbe is the Lease compare-and-swap and watch delivery measured
+	// beside the handoffs (probeCAS).
+	CASProbe CASProbe `json:"cas_probe"`
 }
 
 func writeResult(t *testing.T, r Result) { testenv.WriteResult(t, "BENCH_OUT", r) }

@@ -128,6 +128,9 @@ func TestScale(t *testing.T) {
 	// in this run, before the operator starts.
 	cns, err := testenv.Namespace(ctx, c, "ceiling")
 	g.Expect(err).NotTo(HaveOccurred())
+	// Profiled as the cold start is (SCALE_PPROF): the API server's time
+	// per write in each tells where the cold start's share goes.
+	go profileAPIServer(ctx, t, &cfg, fmt.Sprintf("apiserver-%d-ceiling", leases), 10*time.Second)
 	res.Ceiling, err = measureCeiling(ctx, c, cns, min(leases, envInt("SCALE_CEILING_GRANTS", 1000)), 32, func(i int) (string, string, string) {
 		return nsOf(i), fmt.Sprintf("fl-%d-0", i), fmt.Sprintf("fl-%d-%d", i, min(1, podsPer-1))
 	})
