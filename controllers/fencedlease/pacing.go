@@ -45,22 +45,15 @@ func (p *pacer) renewed(clk holder.Clock, interval time.Duration, policy holder.
 // expired records a grant this process renews that expired unrenewed.
 func (p *pacer) expired(now time.Time) { p.pace.Expired(now) }
 
-// closed says why the operator admits no first grant now, "" when it
+// admit says why the operator admits no first grant now, "" when it
 // does (holder's admission gate): it has no margin left to renew more
 // grants, and the grants that expired for them would change the fence
 // under healthy holders. A waiting FencedLease looks again at its turn in
 // the budget (retry), or a lease duration later while admission is closed
 // (or at the next event): thousands of them looking every few seconds
 // would take the workers' time that the renewals need.
-func (p *pacer) closed(now time.Time) string {
-	if ok, why := p.pace.Admits(now); !ok {
-		return why
-	}
-	return ""
-}
-
-// admit is closed, and takes a first grant from the budget when it
-// answers "" (giveBack returns it).
+// When it answers "", it takes the first grant from the budget (giveBack
+// returns it).
 func (p *pacer) admit(now time.Time) string {
 	if ok, why := p.pace.Admit(now); !ok {
 		return why

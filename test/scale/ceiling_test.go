@@ -38,13 +38,6 @@ type ceiling struct {
 	FirstError string `json:"first_error,omitempty"`
 }
 
-// ceilingMix is the writes a first grant makes where the webhook does not
-// cover the namespace (docs/benchmarks.md, "A first grant's writes"), one
-// reconcile's worth each, in order: the two candidates marked standby, the
-// Lease created with the grant and committed, the finalizer, the status,
-// the holder's publication, and three Events.
-const ceilingMix = 10
-
 // measureCeiling makes the writes of n first grants on workers goroutines,
 // as fast as the API server takes them, on objects of their own in
 // namespace ns: the pods of pods(i) (two, existing; an annotation of no
