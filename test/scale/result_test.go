@@ -37,10 +37,13 @@ type result struct {
 	ColdShare float64 `json:"cold_share"`
 	// ColdPace is what the operator's pace logged while the cold start ran:
 	// each time first grants stopped or started being admitted, and why.
-	ColdPace []string  `json:"cold_pace,omitempty"`
-	Steady   window    `json:"steady"`
-	Restarts []restart `json:"restarts"`
-	ClientGo clientGo  `json:"client_go"`
+	ColdPace []string `json:"cold_pace,omitempty"`
+	// ColdSeries is the cold start every SCALE_SERIES (10 s) and at its
+	// end (series_test.go).
+	ColdSeries []sample  `json:"cold_series,omitempty"`
+	Steady     window    `json:"steady"`
+	Restarts   []restart `json:"restarts"`
+	ClientGo   clientGo  `json:"client_go"`
 }
 
 // progress is how many FencedLeases were held and published so long after

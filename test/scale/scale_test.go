@@ -150,6 +150,7 @@ func TestScale(t *testing.T) {
 	lists0, err := readAPIRequests(ctx, &cfg, listVerbs)
 	g.Expect(err).NotTo(HaveOccurred())
 	created := time.Now()
+	stopSeries := series(ctx, &cfg, op, created, envDuration("SCALE_SERIES", 10*time.Second))
 	parallel(leases, 16, func(i int) {
 		fl := testenv.FencedLease(nsOf(i), fmt.Sprintf("fl-%d", i), map[string]string{"app": fmt.Sprintf("fl-%d", i)}, nil)
 		if err := c.Create(ctx, fl); err != nil {
@@ -185,6 +186,7 @@ func TestScale(t *testing.T) {
 		}
 		time.Sleep(poll)
 	}
+	res.ColdSeries = stopSeries()
 	allHeld := time.Duration(res.ColdStart * float64(time.Second))
 	if writes1, err := readAPIRequests(ctx, &cfg, writeVerbs); err == nil {
 		// The heartbeat's renewals are in it too: one a second.
