@@ -112,8 +112,10 @@ type scope struct {
 	// the FencedLease's first grant, which publishFirst publishes without
 	// listing the pods.
 	created bool
-	// outcome is what the reconcile did, for the metrics.
+	// outcome is what the reconcile did, for the metrics; took is how long
+	// each of its steps took.
 	outcome outcome
+	took    [stepCount]time.Duration
 }
 
 type condition struct{ reason, message string }
@@ -191,18 +193,22 @@ func (r *Reconciler) reconcileFencedLease(ctx context.Context, s *scope) (result
 	recorded := false
 	defer func() {
 		if !recorded {
-			if err := r.recordAndPublish(ctx, s, false); err != nil {
+			if err := r.timed(s, stepStatus, func() error { return r.recordAndPublish(ctx, s, false) }); err != nil {
 				retErr = kerrors.NewAggregate([]error{retErr, err})
 			}
 		}
 		result, retErr = r.finish(ctx, s, started, result, retErr)
 	}()
-	for _, step := range []func(context.Context, *scope) (ctrl.Result, error){
+	for i, run := range []func(context.Context, *scope) (ctrl.Result, error){
 		r.reconcileInputs,
 		r.reconcileGrant,
 		r.reconcilePods,
 	} {
-		res, err := step(ctx, s)
+		var res ctrl.Result
+		err := r.timed(s, stepInputs+step(i), func() (err error) {
+			res, err = run(ctx, s)
+			return err
+		})
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -212,7 +218,16 @@ func (r *Reconciler) reconcileFencedLease(ctx context.Context, s *scope) (result
 		}
 	}
 	recorded = true
-	return result, r.recordAndPublish(ctx, s, true)
+	return result, r.timed(s, stepStatus, func() error { return r.recordAndPublish(ctx, s, true) })
+}
+
+// timed runs one step of the reconcile and records how long it took, on
+// the process's own clock (time.Since: a metric, never a decision).
+func (r *Reconciler) timed(s *scope, st step, f func() error) error {
+	start := time.Now()
+	err := f()
+	s.took[st] = time.Since(start)
+	return err
 }
 
 // reconcileGone clears, for a FencedLease that is gone, what a replica that
@@ -257,6 +272,7 @@ func (r *Reconciler) finish(ctx context.Context, s *scope, started time.Time, re
 		r.mem.settled(s.key)
 	}
 	r.recordMetrics(s)
+	observeSteps(s)
 	r.pace.report(ctx)
 	result.Priority = priorityOf(s)
 	now := r.Clock.Now()

@@ -96,15 +96,56 @@ var (
 		Help: "How far into its slack (0 on time, 1 expired) the latest renewals ran, the highest over about the last 10 s. Above 0.25 no first grant is admitted.",
 	})
 
+	// stepSeconds is where a reconcile's time goes, step by step: with
+	// the API server's round trip and the work queue's wait beside it, it
+	// tells what a takeover waits for (docs/benchmarks.md, "Failover").
+	stepSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "fencedlease_reconcile_step_seconds",
+		Help: "Time the steps of a FencedLease reconcile took, by step (" + strings.Join(stepNames[:], ", ") +
+			") and by the action of its plan (Grant, Renew, Revoke, Drop, Wait; None when the plan was not made).",
+		Buckets: []float64{.001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5},
+	}, []string{"step", "action"})
+
 	registerOnce sync.Once
 )
+
+// step is a step of a reconcile whose time is measured (stepSeconds).
+type step int
+
+const (
+	// stepInputs reads the Lease, creating it if missing, and the pods.
+	stepInputs step = iota
+	// stepLease decides the plan and writes the Lease.
+	stepLease
+	// stepPods brings the pods in line with the grant.
+	stepPods
+	// stepStatus records the status and publishes a grant committed by
+	// the reconcile.
+	stepStatus
+	stepCount
+)
+
+var stepNames = [stepCount]string{"inputs", "lease", "pods", "status"}
+
+// observeSteps records the time of each step the reconcile ran.
+func observeSteps(s *scope) {
+	action := string(s.plan.Action)
+	if action == "" {
+		action = "None"
+	}
+	for i, d := range s.took {
+		if d > 0 {
+			stepSeconds.WithLabelValues(stepNames[i], action).Observe(d.Seconds())
+		}
+	}
+}
 
 // registerMetrics adds the controller's collectors to controller-runtime's
 // registry, once per process (tests start many managers).
 func registerMetrics() {
 	registerOnce.Do(func() {
 		metrics.Registry.MustRegister(leases, acquisitionWait, holdDuration, renewalShareGauge, renewalStretchGauge,
-			saturatedGauge, firstGrantRateGauge, renewalLatenessGauge, heartbeatsTotal, heartbeatFailuresTotal)
+			saturatedGauge, firstGrantRateGauge, renewalLatenessGauge, heartbeatsTotal, heartbeatFailuresTotal, stepSeconds)
 	})
 }
 

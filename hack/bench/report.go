@@ -34,6 +34,11 @@ type (
 			CAS      []float64 `json:"cas_ms"`
 			Delivery []float64 `json:"delivery_ms"`
 		} `json:"cas_probe"`
+		Steps struct {
+			Grants float64            `json:"grants"`
+			Grant  map[string]float64 `json:"grant_ms"`
+			Queue  float64            `json:"queue_ms"`
+		} `json:"steps"`
 	}
 	queue struct {
 		Count float64 `json:"count"`
@@ -241,6 +246,26 @@ func writeTakeoverBudget(b *strings.Builder, f failover) {
 		p99, b99 := row(0.99)
 		fmt.Fprintf(b, "| %s | %s | %s | %.2f | %s | %s | %.2f |\n", s.Cause, dur(p50), dur(b50), p50/b50, dur(p99), dur(b99), p99/b99)
 	}
+	writeGrantSteps(b, f)
+}
+
+// writeGrantSteps is where the operator's grant reconciles spent their time
+// in the run, step by step, beside the work queue's wait.
+func writeGrantSteps(b *strings.Builder, f failover) {
+	st := f.Steps
+	if st.Grants == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nWhere the operator's %.0f grant reconciles of the run spent their time, on average (fencedlease_reconcile_step_seconds), and the work queue's mean wait for every reconcile (workqueue_queue_duration_seconds):\n\n", st.Grants)
+	b.WriteString("| queue | inputs | lease (grant, commit ∥ demotion) | pods | status ∥ publication's reads, then publication | sum |\n|---|---|---|---|---|---|\n")
+	ms := func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + " ms" }
+	sum := st.Queue
+	cells := []string{ms(st.Queue)}
+	for _, k := range []string{"inputs", "lease", "pods", "status"} {
+		sum += st.Grant[k]
+		cells = append(cells, ms(st.Grant[k]))
+	}
+	fmt.Fprintf(b, "| %s | %s |\n", strings.Join(cells, " | "), ms(sum))
 }
 
 func writeScale(b *strings.Builder, runs []scale) {

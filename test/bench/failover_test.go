@@ -105,6 +105,7 @@ func TestFailover(t *testing.T) {
 		})
 	}
 	probed := probeCAS(ctx, t, cs, ns, 100*time.Millisecond)
+	timings0 := readTimings()
 	start := time.Now()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -133,7 +134,7 @@ func TestFailover(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d series of %d handoffs in %s", len(jobs), handoffs, time.Since(start).Round(time.Second))
 
-	res := Result{Handoffs: handoffs, Groups: groups, NodeGrace: grace.String(), CASProbe: probed()}
+	res := Result{Handoffs: handoffs, Groups: groups, NodeGrace: grace.String(), CASProbe: probed(), Steps: stepsBetween(timings0, readTimings())}
 	for _, j := range jobs {
 		res.Series = append(res.Series, j.series)
 		var pub, knows []float64

@@ -75,6 +75,8 @@ type Result struct {
 	// CASProbe is the Lease compare-and-swap and watch delivery measured
 	// beside the handoffs (probeCAS).
 	CASProbe CASProbe `json:"cas_probe"`
+	// Steps is where the operator's grant reconciles spent their time.
+	Steps Steps `json:"steps"`
 }
 
 func writeResult(t *testing.T, r Result) { testenv.WriteResult(t, "BENCH_OUT", r) }
