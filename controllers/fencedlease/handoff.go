@@ -7,6 +7,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/holder"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // handoffRequest returns the pending handoff request of a FencedLease: the
@@ -20,19 +21,20 @@ func handoffRequest(s *scope) (string, bool) {
 	if v == "" || v == s.fl.Status.LastHandledHandoffAt {
 		return v, false
 	}
-	if s.lease.Annotations[fencingv1alpha1.LeaseAnnotationHandoff] == v {
+	if record.ParseLease(s.lease.Annotations).Handoff == v {
 		s.fl.Status.LastHandledHandoffAt = v
 		return v, false
 	}
 	return v, true
 }
 
-// handoffMark is the annotation that the Lease write of a handoff carries.
-func handoffMark(s *scope) map[string]string {
+// handoffMark is the handoff request that the Lease write of a handoff
+// carries out, "" for any other write.
+func handoffMark(s *scope) string {
 	if s.plan.Handoff != holder.HandoffStarted {
-		return nil
+		return ""
 	}
-	return map[string]string{fencingv1alpha1.LeaseAnnotationHandoff: s.fl.Annotations[fencingv1alpha1.AnnotationHandoffRequestedAt]}
+	return s.fl.Annotations[fencingv1alpha1.AnnotationHandoffRequestedAt]
 }
 
 // handledHandoff records a handoff request that the plan handled: started

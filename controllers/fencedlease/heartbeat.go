@@ -12,7 +12,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
-	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/record"
 )
 
@@ -190,8 +189,7 @@ func (r *Reconciler) beatWrite(l *coordinationv1.Lease) *coordinationv1.Lease {
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}
-	l.Labels[fencingv1alpha1.LabelHeartbeat] = "true"
-	record.WriteBeats(l.Annotations, beatsOf(l)+1)
+	record.WriteBeats(l.Labels, l.Annotations, beatsOf(l)+1)
 	now := metav1.NewMicroTime(r.Clock.Now())
 	l.Spec.HolderIdentity = ptr.To(h.Identity)
 	l.Spec.RenewTime = &now

@@ -189,8 +189,8 @@ func (r *Reconciler) dropLease(ctx context.Context, l *coordinationv1.Lease) (*c
 
 // writeGrant is the grant (GrantWrite); its resulting resourceVersion is
 // the fence. The grant stays pending until commitGrant records that fence.
-func (r *Reconciler) writeGrant(ctx context.Context, l *coordinationv1.Lease, target holder.Candidate, p holder.Policy, marks map[string]string) (*coordinationv1.Lease, error) {
-	return r.writeLease(ctx, holder.GrantWrite(l, target, p, r.Clock.Now(), marks), "grant to pod "+target.Name)
+func (r *Reconciler) writeGrant(ctx context.Context, l *coordinationv1.Lease, target holder.Candidate, p holder.Policy, handoff string) (*coordinationv1.Lease, error) {
+	return r.writeLease(ctx, holder.GrantWrite(l, target, p, r.Clock.Now(), handoff), "grant to pod "+target.Name)
 }
 
 // commitGrant records the fence of a pending grant (CommitWrite).
@@ -206,8 +206,8 @@ func (r *Reconciler) renewLease(ctx context.Context, l *coordinationv1.Lease, p 
 }
 
 // revokeLease marks the grant as no longer renewed (RevokeWrite).
-func (r *Reconciler) revokeLease(ctx context.Context, l *coordinationv1.Lease, marks map[string]string) (*coordinationv1.Lease, error) {
-	return r.writeLease(ctx, holder.RevokeWrite(l, marks), "revoke the grant")
+func (r *Reconciler) revokeLease(ctx context.Context, l *coordinationv1.Lease, handoff string) (*coordinationv1.Lease, error) {
+	return r.writeLease(ctx, holder.RevokeWrite(l, handoff), "revoke the grant")
 }
 
 // releaseLease removes the operator's finalizer from a Lease whose

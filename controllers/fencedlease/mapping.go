@@ -18,6 +18,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/holder"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // Cache indexes of the controller.
@@ -194,7 +195,7 @@ func leaseChanged() predicate.Funcs {
 	return predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, n := e.ObjectOld.(*coordinationv1.Lease), e.ObjectNew.(*coordinationv1.Lease)
-			if n.Annotations[fencingv1alpha1.LeaseAnnotationRenewal] == string(fencingv1alpha1.RenewalHolder) {
+			if record.ParseLease(n.Annotations).Renewal == string(fencingv1alpha1.RenewalHolder) {
 				return true
 			}
 			if !o.DeletionTimestamp.Equal(n.DeletionTimestamp) || !equality.Semantic.DeepEqual(o.Annotations, n.Annotations) ||

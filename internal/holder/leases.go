@@ -23,13 +23,10 @@ import (
 // GrantWrite is the grant: it names the new holder, the renewal mode and
 // the renew interval (for a holder that renews), with the times and one
 // more transition. Its resulting resourceVersion is the fence; the grant
-// stays pending until CommitWrite records that fence. marks are more
-// annotations to set in the same write (a handoff carried out).
-func GrantWrite(l *coordinationv1.Lease, target Candidate, p Policy, now time.Time, marks map[string]string) *coordinationv1.Lease {
+// stays pending until CommitWrite records that fence. handoff is the
+// handoff request the grant carries out, if any ("" leaves the record's).
+func GrantWrite(l *coordinationv1.Lease, target Candidate, p Policy, now time.Time, handoff string) *coordinationv1.Lease {
 	next := writable(l)
-	for k, v := range marks {
-		next.Annotations[k] = v
-	}
 	at := metav1.NewMicroTime(now)
 	next.Spec.HolderIdentity = ptr.To(target.Name)
 	next.Spec.AcquireTime = &at
@@ -38,6 +35,9 @@ func GrantWrite(l *coordinationv1.Lease, target Candidate, p Policy, now time.Ti
 	next.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
 	r := record.ParseLease(next.Annotations)
 	r.State, r.HolderUID, r.Renewal, r.RenewInterval = StatePending, string(target.UID), p.Renewal, int(p.RenewInterval/time.Second)
+	if handoff != "" {
+		r.Handoff = handoff
+	}
 	// A pending grant is vouched for by nothing: it is never published.
 	r.VouchedBy, r.LeaseDuration = "", 0
 	r.Apply(next.Annotations)
@@ -90,15 +90,15 @@ func Vouch(l *coordinationv1.Lease, p Policy) {
 }
 
 // RevokeWrite marks the grant as no longer renewed. It keeps the holder and
-// the renew time, which say when the grant ends; marks are more annotations
-// to set in the same write.
-func RevokeWrite(l *coordinationv1.Lease, marks map[string]string) *coordinationv1.Lease {
+// the renew time, which say when the grant ends; handoff is the handoff
+// request the revocation carries out, if any ("" leaves the record's).
+func RevokeWrite(l *coordinationv1.Lease, handoff string) *coordinationv1.Lease {
 	next := writable(l)
-	for k, v := range marks {
-		next.Annotations[k] = v
-	}
 	r := record.ParseLease(next.Annotations)
 	r.State = StateRevoked
+	if handoff != "" {
+		r.Handoff = handoff
+	}
 	r.Apply(next.Annotations)
 	return next
 }

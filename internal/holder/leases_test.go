@@ -32,7 +32,7 @@ func TestLeaseWrites(t *testing.T) {
 	old := lease("held", "a", "40", "other.example.com/keep")
 	p := Policy{LeaseDuration: 15 * time.Second, RenewInterval: 5 * time.Second, Renewal: RenewalHolder}
 
-	next := GrantWrite(old, Candidate{Name: "b", UID: "b"}, p, now, map[string]string{record.LeaseHandoff: "h1"})
+	next := GrantWrite(old, Candidate{Name: "b", UID: "b"}, p, now, "h1")
 	g.Expect(next.ResourceVersion).To(Equal("41"), "a compare-and-swap on the version read")
 	g.Expect(*next.Spec.HolderIdentity).To(Equal("b"))
 	g.Expect(next.Spec.AcquireTime.Time).To(Equal(now))
@@ -53,7 +53,7 @@ func TestLeaseWrites(t *testing.T) {
 	g.Expect(renewed.Spec.RenewTime.Time).To(Equal(now.Add(4 * time.Second)))
 	g.Expect(renewed.Annotations).To(Equal(committed.Annotations))
 
-	revoked := RevokeWrite(committed, nil)
+	revoked := RevokeWrite(committed, "")
 	g.Expect(revoked.Annotations[record.LeaseState]).To(Equal("revoked"))
 	g.Expect(*revoked.Spec.HolderIdentity).To(Equal("b"), "the holder and the renew time say when the grant ends")
 
@@ -64,7 +64,7 @@ func TestLeaseWrites(t *testing.T) {
 	g.Expect(HasRecord(legacy)).To(BeTrue())
 	deleting := lease("held", "a", "40")
 	deleting.DeletionTimestamp = ptr.To(metav1.NewTime(now))
-	g.Expect(RevokeWrite(deleting, nil).Finalizers).To(BeEmpty(), "the API server adds no finalizer to a Lease being deleted")
+	g.Expect(RevokeWrite(deleting, "").Finalizers).To(BeEmpty(), "the API server adds no finalizer to a Lease being deleted")
 	both := lease("revoked", "a", "40", "fencedlease.io/grant", "x", fencingv1alpha1.LeaseFinalizer)
 	g.Expect(DropWrite(both).Finalizers).To(Equal([]string{"x"}))
 	g.Expect(HasRecord(DropWrite(both))).To(BeFalse())

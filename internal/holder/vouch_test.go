@@ -79,7 +79,7 @@ func TestCommitPutsTheGrantUnderTheHeartbeat(t *testing.T) {
 	g := NewWithT(t)
 	a := cand("a", time.Minute, "")
 	p := vouchingPolicy(TakeoverSafe)
-	pending := GrantWrite(&coordinationv1.Lease{}, a, p, t0, nil)
+	pending := GrantWrite(&coordinationv1.Lease{}, a, p, t0, "")
 	g.Expect(pending.Annotations).NotTo(HaveKey(record.LeaseVouchedBy), "a pending grant is vouched for by nothing")
 	committed := CommitWrite(pending, 57, p, t0)
 	r := record.ParseLease(committed.Annotations)

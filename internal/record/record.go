@@ -30,6 +30,8 @@ const (
 	LeaseVouchedBy     = Prefix + "vouched-by"
 	LeaseDuration      = Prefix + "lease-duration"
 	HeartbeatBeats     = Prefix + "beats"
+	// LabelHeartbeat marks the operator's heartbeat Lease.
+	LabelHeartbeat = Prefix + "heartbeat"
 
 	// LabelInject opts a pod in to the pod webhook, which mounts its token
 	// files.
@@ -164,8 +166,12 @@ func MaybeNewer(a, b string) bool {
 // anything that does not parse counts as none, 0.
 func BeatsOf(annotations map[string]string) int64 { return FenceOf(annotations[HeartbeatBeats]) }
 
-// WriteBeats writes the heartbeat Lease's count of renewals into its
-// annotations.
-func WriteBeats(annotations map[string]string, n int64) {
+// WriteBeats writes the heartbeat Lease's label, which marks it as the
+// heartbeat, and its count of renewals into its annotations.
+func WriteBeats(labels, annotations map[string]string, n int64) {
+	labels[LabelHeartbeat] = "true"
 	annotations[HeartbeatBeats] = strconv.FormatInt(n, 10)
 }
+
+// IsHeartbeat says whether a Lease's labels mark it as the heartbeat.
+func IsHeartbeat(labels map[string]string) bool { return labels[LabelHeartbeat] != "" }

@@ -24,7 +24,7 @@ func TestNamesAreTheAPIs(t *testing.T) {
 		{record.LeaseRenewal, fencingv1alpha1.LeaseAnnotationRenewal}, {record.LeaseRenewInterval, fencingv1alpha1.LeaseAnnotationRenewInterval},
 		{record.LeaseHandoff, fencingv1alpha1.LeaseAnnotationHandoff}, {record.LabelInject, fencingv1alpha1.LabelInject},
 		{record.LeaseVouchedBy, fencingv1alpha1.LeaseAnnotationVouchedBy}, {record.LeaseDuration, fencingv1alpha1.LeaseAnnotationLeaseDuration},
-		{record.HeartbeatBeats, fencingv1alpha1.HeartbeatAnnotationBeats},
+		{record.HeartbeatBeats, fencingv1alpha1.HeartbeatAnnotationBeats}, {record.LabelHeartbeat, fencingv1alpha1.LabelHeartbeat},
 		{record.StatePending, fencingv1alpha1.LeaseStatePending}, {record.StateHeld, fencingv1alpha1.LeaseStateHeld},
 		{record.StateRevoked, fencingv1alpha1.LeaseStateRevoked}, {record.StateReleased, fencingv1alpha1.LeaseStateReleased},
 		{record.RoleHolder, fencingv1alpha1.RoleHolder}, {record.RoleStandby, fencingv1alpha1.RoleStandby},
@@ -109,7 +109,7 @@ func TestPodRecord(t *testing.T) {
 func TestBeatsRoundTrip(t *testing.T) {
 	for _, n := range []int64{0, 1, 42, 1 << 40} {
 		ann := map[string]string{}
-		record.WriteBeats(ann, n)
+		record.WriteBeats(map[string]string{}, ann, n)
 		if got := record.BeatsOf(ann); got != n {
 			t.Errorf("BeatsOf after WriteBeats(%d) = %d", n, got)
 		}

@@ -193,7 +193,7 @@ func (c *checker) checkLease(s *Sim, k objKey, l, old *coordinationv1.Lease, wri
 	if l == nil {
 		return
 	}
-	if l.Labels[fencingv1alpha1.LabelHeartbeat] != "" {
+	if record.IsHeartbeat(l.Labels) {
 		c.checkHeartbeat(s, k, l)
 		return
 	}
