@@ -35,9 +35,11 @@ type (
 			Delivery []float64 `json:"delivery_ms"`
 		} `json:"cas_probe"`
 		Steps struct {
-			Grants float64            `json:"grants"`
-			Grant  map[string]float64 `json:"grant_ms"`
-			Queue  float64            `json:"queue_ms"`
+			Grants   float64            `json:"grants"`
+			Grant    map[string]float64 `json:"grant_ms"`
+			Queue    float64            `json:"queue_ms"`
+			API      map[string]float64 `json:"api_ms"`
+			APICount map[string]float64 `json:"api_count"`
 		} `json:"steps"`
 	}
 	queue struct {
@@ -266,6 +268,15 @@ func writeGrantSteps(b *strings.Builder, f failover) {
 		cells = append(cells, ms(st.Grant[k]))
 	}
 	fmt.Fprintf(b, "| %s | %s |\n", strings.Join(cells, " | "), ms(sum))
+	var reqs []string
+	for _, k := range []string{"PUT leases", "PATCH pods", "PATCH fencedleases/status", "LIST pods", "GET leases", "PUT pods/status"} {
+		if n := st.APICount[k]; n > 0 {
+			reqs = append(reqs, fmt.Sprintf("%s %s (%.0f)", k, ms(st.API[k]), n))
+		}
+	}
+	if len(reqs) > 0 {
+		fmt.Fprintf(b, "\nThe API server's own mean time for the requests of a takeover, in the same run (apiserver_request_duration_seconds; count): %s.\n", strings.Join(reqs, ", "))
+	}
 }
 
 func writeScale(b *strings.Builder, runs []scale) {

@@ -105,7 +105,7 @@ func TestFailover(t *testing.T) {
 		})
 	}
 	probed := probeCAS(ctx, t, cs, ns, 100*time.Millisecond)
-	timings0 := readTimings()
+	timings0, api0 := readTimings(), readAPITimings(ctx, env.Config)
 	start := time.Now()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -135,6 +135,7 @@ func TestFailover(t *testing.T) {
 	t.Logf("%d series of %d handoffs in %s", len(jobs), handoffs, time.Since(start).Round(time.Second))
 
 	res := Result{Handoffs: handoffs, Groups: groups, NodeGrace: grace.String(), CASProbe: probed(), Steps: stepsBetween(timings0, readTimings())}
+	res.Steps.API, res.Steps.APICount = apiBetween(api0, readAPITimings(ctx, env.Config), 10)
 	for _, j := range jobs {
 		res.Series = append(res.Series, j.series)
 		var pub, knows []float64

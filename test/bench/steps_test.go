@@ -2,7 +2,14 @@
 
 package bench_test
 
-import "sigs.k8s.io/controller-runtime/pkg/metrics"
+import (
+	"context"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/fencedlease/fencedlease/test/testenv"
+)
 
 // Steps is where the operator's reconciles of a kind spent their time in a
 // run: the mean of each step (fencedlease_reconcile_step_seconds) of the
@@ -13,6 +20,12 @@ type Steps struct {
 	Grants float64            `json:"grants"`
 	Grant  map[string]float64 `json:"grant_ms"`
 	Queue  float64            `json:"queue_ms"`
+	// API is the API server's own mean time for each request of the run
+	// (apiserver_request_duration_seconds), by verb and resource ("PUT
+	// leases", "PATCH fencedleases/status"), and APICount their number: a
+	// round trip of the operator less the network and the client.
+	API      map[string]float64 `json:"api_ms"`
+	APICount map[string]float64 `json:"api_count"`
 }
 
 // timings is a histogram's sum and count, by series.
@@ -43,6 +56,48 @@ func readTimings() timings {
 		}
 	}
 	return out
+}
+
+// readAPITimings reads the API server's time per request, by verb and
+// resource.
+func readAPITimings(ctx context.Context, cfg *rest.Config) timings {
+	out := timings{}
+	fams, err := testenv.APIServerMetrics(ctx, cfg)
+	if err != nil {
+		return out
+	}
+	for _, m := range fams["apiserver_request_duration_seconds"].GetMetric() {
+		l := map[string]string{}
+		for _, p := range m.GetLabel() {
+			l[p.GetName()] = p.GetValue()
+		}
+		if l["verb"] == "WATCH" || l["verb"] == "CONNECT" {
+			continue
+		}
+		k := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			k += "/" + l["subresource"]
+		}
+		h := m.GetHistogram()
+		v := out[k]
+		out[k] = [2]float64{v[0] + h.GetSampleSum(), v[1] + float64(h.GetSampleCount())}
+	}
+	return out
+}
+
+// apiBetween is the API server's mean time per request, by verb and
+// resource, between two readings, of the requests made at least `least`
+// times.
+func apiBetween(before, after timings, least float64) (mean, count map[string]float64) {
+	mean, count = map[string]float64{}, map[string]float64{}
+	for k, v := range after {
+		n := v[1] - before[k][1]
+		if n < least {
+			continue
+		}
+		mean[k], count[k] = 1000*(v[0]-before[k][0])/n, n
+	}
+	return mean, count
 }
 
 // stepsBetween is the means of what happened between two readings.
