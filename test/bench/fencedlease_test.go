@@ -40,6 +40,12 @@ type flGroup struct {
 // run sets the group up and measures n handoffs.
 func (g *flGroup) run(n int, grace time.Duration) ([]Sample, error) {
 	w := g.w
+	arrived := false
+	defer func() {
+		if !arrived {
+			w.steady.arrived.Done() // failed before it: not waited for
+		}
+	}()
 	labels := map[string]string{"app": g.name}
 	if err := w.c.Create(w.ctx, testenv.FencedLease(w.ns, g.name, labels, func(fl *fencingv1alpha1.FencedLease) {
 		fl.Spec.Takeover = g.takeover
@@ -84,6 +90,8 @@ func (g *flGroup) run(n int, grace time.Duration) ([]Sample, error) {
 		return nil, err
 	}
 	time.Sleep(300 * time.Millisecond)
+	arrived = true
+	w.steady.arrive()
 	var out []Sample
 	cur := first
 	for range n {

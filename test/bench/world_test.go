@@ -34,6 +34,24 @@ type world struct {
 	mu    sync.Mutex
 	procs map[string]*process
 	beats map[string]context.CancelFunc
+
+	// steady holds every fencedlease group, once its first grant is
+	// published and its standby marked, until all are: the run's
+	// measures of the operator's grant reconciles then count takeovers
+	// only.
+	steady barrier
+}
+
+// barrier lets its members go on together once all have arrived.
+type barrier struct {
+	arrived sync.WaitGroup
+	start   chan struct{}
+}
+
+// arrive counts a member in and waits until the barrier opens.
+func (b *barrier) arrive() {
+	b.arrived.Done()
+	<-b.start
 }
 
 // process is a pod's token files and the Watcher that reads them.
@@ -44,7 +62,8 @@ type process struct {
 }
 
 func newWorld(ctx context.Context, t *testing.T, c client.Client, ns string) *world {
-	w := &world{t: t, ctx: ctx, c: c, ns: ns, rec: newRecorder(ctx, t, ns), procs: map[string]*process{}, beats: map[string]context.CancelFunc{}}
+	w := &world{t: t, ctx: ctx, c: c, ns: ns, rec: newRecorder(ctx, t, ns), procs: map[string]*process{}, beats: map[string]context.CancelFunc{},
+		steady: barrier{start: make(chan struct{})}}
 	w.rec.onPod = w.syncFiles
 	return w
 }
