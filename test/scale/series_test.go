@@ -25,6 +25,13 @@ type sample struct {
 	Stretch    float64            `json:"stretch"`
 	Rate       float64            `json:"first_grant_rate"`
 	Closed     float64            `json:"admission_closed"`
+	// CPU is the seconds of CPU the operator, kube-apiserver and etcd used
+	// in the interval: what each write and each grant cost them.
+	CPU struct {
+		Operator  float64 `json:"operator"`
+		APIServer float64 `json:"apiserver"`
+		Etcd      float64 `json:"etcd"`
+	} `json:"cpu_s"`
 }
 
 // sumOf sums the series of metrics whose name and labels start with prefix
@@ -53,6 +60,10 @@ func series(ctx context.Context, cfg *rest.Config, op *operator, start time.Time
 		defer wg.Done()
 		w0, _ := readAPIRequests(ctx, cfg, writeVerbs)
 		m0 := scrapeOr(op)
+		cpu := func() [3]time.Duration {
+			return [3]time.Duration{op.cpu(), cpuOf(plane.apiserver), cpuOf(plane.etcd)}
+		}
+		c0 := cpu()
 		take := func() {
 			// The last sample is taken after stop, on a context of its own.
 			w1, err := readAPIRequests(context.WithoutCancel(ctx), cfg, writeVerbs)
@@ -68,6 +79,9 @@ func series(ctx context.Context, cfg *rest.Config, op *operator, start time.Time
 					s.Writes[k] = d
 				}
 			}
+			c1 := cpu()
+			s.CPU.Operator, s.CPU.APIServer, s.CPU.Etcd = (c1[0] - c0[0]).Seconds(), (c1[1] - c0[1]).Seconds(), (c1[2] - c0[2]).Seconds()
+			c0 = c1
 			mu.Lock()
 			out = append(out, s)
 			mu.Unlock()
