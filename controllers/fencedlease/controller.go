@@ -199,14 +199,17 @@ func (r *Reconciler) reconcileFencedLease(ctx context.Context, s *scope) (result
 		}
 		result, retErr = r.finish(ctx, s, started, result, retErr)
 	}()
-	for i, run := range []func(context.Context, *scope) (ctrl.Result, error){
-		r.reconcileInputs,
-		r.reconcileGrant,
-		r.reconcilePods,
+	for _, st := range []struct {
+		step step
+		run  func(context.Context, *scope) (ctrl.Result, error)
+	}{
+		{stepInputs, r.reconcileInputs},
+		{stepLease, r.reconcileGrant},
+		{stepPods, r.reconcilePods},
 	} {
 		var res ctrl.Result
-		err := r.timed(s, stepInputs+step(i), func() (err error) {
-			res, err = run(ctx, s)
+		err := r.timed(s, st.step, func() (err error) {
+			res, err = st.run(ctx, s)
 			return err
 		})
 		if err != nil {
