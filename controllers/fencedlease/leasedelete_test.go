@@ -40,7 +40,9 @@ func TestDeletedLeaseEndsItsGrantBeforeItGoes(t *testing.T) {
 		g.Expect(l.Annotations[fencingv1alpha1.LeaseAnnotationState]).To(Equal("revoked"))
 		g.Expect(f.holders()).To(BeEmpty())
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
-	f.g.Expect(f.events("db")).To(ContainElement(fencingv1alpha1.EventLost))
+	// Events are sent by the recorder after the writes that cause them:
+	// the Lost Event may land after the Lease and the pods show the end.
+	f.g.Eventually(func() []string { return f.events("db") }).WithTimeout(timeout).WithPolling(poll).Should(ContainElement(fencingv1alpha1.EventLost))
 
 	clock.SetTime(clock.Now().Add(19 * time.Second))
 	f.poke("db")
