@@ -20,7 +20,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &FencedLease{}, &FencedLeaseList{})
+	s.AddKnownTypes(GroupVersion, &FencedLease{}, &FencedLeaseList{}, &FencedShardSet{}, &FencedShardSetList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -38,6 +38,24 @@ const (
 	// (ConfigMaps and Secrets by default).
 	LabelProtectedBy = Prefix + "protected-by"
 
+	// LabelShard, beside LabelProtectedBy, says that the object is
+	// protected by a shard of a FencedShardSet: LabelProtectedBy names the
+	// set, LabelShard the shard's key. Only the shard's current owner may
+	// write it, with the shard's current fence.
+	LabelShard = Prefix + "shard"
+
+	// LabelShardSet marks the Lease of a shard with the FencedShardSet it
+	// belongs to (the Lease is named "<set>-<key>" and carries LabelShard
+	// too), and a candidate pod of a set with the set's name.
+	LabelShardSet = Prefix + "shard-set"
+
+	// AnnotationShards, on a candidate pod of a FencedShardSet, lists the
+	// shards the pod owns with their fences, as a JSON object of key to
+	// fence (a decimal string): {"3":"41210","17":"41302"}. The pod
+	// webhook projects it to ShardsFile. A shard appears only once its
+	// grant is committed, and is removed once it is revoked.
+	AnnotationShards = Prefix + "shards"
+
 	// FieldManagerFence marks the fence that a write to a subresource of a
 	// protected object (status, scale) carries in its field manager: a
 	// subresource write cannot change the object's metadata, so it cannot
@@ -59,6 +77,10 @@ const (
 
 	// TokenDir is where the pod webhook mounts the token files.
 	TokenDir = "/etc/fencedlease"
+
+	// ShardsFile is the token file that lists a shard set's candidate pod's
+	// shards (AnnotationShards).
+	ShardsFile = TokenDir + "/shards"
 
 	// AnnotationHandoffRequestedAt on a FencedLease asks the operator to hand
 	// the grant over to another eligible candidate, as maxHoldSeconds does:

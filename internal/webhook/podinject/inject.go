@@ -22,6 +22,7 @@ var tokenFiles = []struct{ file, annotation string }{
 	{"fence", fencingv1alpha1.AnnotationFence},
 	{"lease", fencingv1alpha1.AnnotationLease},
 	{"role", fencingv1alpha1.AnnotationRole},
+	{"shards", fencingv1alpha1.AnnotationShards},
 }
 
 // Volume returns the injected volume. It is written in the form the API

@@ -1,0 +1,45 @@
+package record_test
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/record"
+)
+
+func TestShardsRoundTrip(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(record.LabelShard).To(Equal(fencingv1alpha1.LabelShard))
+	g.Expect(record.LabelShardSet).To(Equal(fencingv1alpha1.LabelShardSet))
+	g.Expect(record.AnnotationShards).To(Equal(fencingv1alpha1.AnnotationShards))
+
+	in := map[string]int64{"17": 41302, "3": 41210, "eu": 9}
+	v := record.FormatShards(in)
+	g.Expect(v).To(Equal(`{"17":"41302","3":"41210","eu":"9"}`))
+	out, err := record.ParseShards(v)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(Equal(in))
+
+	g.Expect(record.FormatShards(nil)).To(BeEmpty())
+	none, err := record.ParseShards("")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(none).To(BeEmpty())
+}
+
+func TestShardsRefuseWhatDoesNotParse(t *testing.T) {
+	for _, tc := range []struct{ value, names string }{
+		{`[1,2]`, "not a JSON object"},
+		{`{"3":41210}`, "not a JSON object"},
+		{`{"3":"0041210"}`, `shard "3"`},
+		{`{"3":"-1"}`, `shard "3"`},
+		{`{"":"5"}`, "no key"},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			g := NewWithT(t)
+			_, err := record.ParseShards(tc.value)
+			g.Expect(err).To(MatchError(ContainSubstring(tc.names)))
+		})
+	}
+}
