@@ -79,3 +79,15 @@ const (
 	// EventProtectionUnavailable: see ReasonProtectionUnavailable.
 	EventProtectionUnavailable = "ProtectionUnavailable"
 )
+
+// Events of a FencedShardSet.
+const (
+	// EventShardsGranted: shards without an owner were granted.
+	EventShardsGranted = "ShardsGranted"
+	// EventShardMoved: a shard moved to a new owner, with a new fence.
+	EventShardMoved = "ShardMoved"
+	// ReasonShardsOwned / ReasonShardsUnowned: every shard is, or some
+	// shards are not, owned by an eligible pod (Ready).
+	ReasonShardsOwned   = "ShardsOwned"
+	ReasonShardsUnowned = "ShardsUnowned"
+)

@@ -50,7 +50,7 @@ type FencedShardSetSpec struct {
 	// Renewal is who renews the grants. Only Operator is supported: the
 	// operator vouches for a pod's shards while the pod is eligible.
 	// +kubebuilder:default=Operator
-	// +kubebuilder:validation:Enum=Operator
+	// +kubebuilder:validation:XValidation:rule="self == 'Operator'",message="only Operator renewal is supported for a FencedShardSet"
 	Renewal RenewalMode `json:"renewal,omitempty"`
 
 	// JoinDelaySeconds is how long a newly eligible pod waits before shards
@@ -60,14 +60,14 @@ type FencedShardSetSpec struct {
 	// +kubebuilder:default=30
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=3600
-	JoinDelaySeconds int32 `json:"joinDelaySeconds,omitempty"`
+	JoinDelaySeconds *int32 `json:"joinDelaySeconds,omitempty"`
 
 	// MaxMovesPerInterval caps the shards taken from live owners in one
 	// rebalance; the next rebalance follows a lease duration later. 0: no
 	// cap. Shards without a live owner are always placed.
 	// +kubebuilder:default=100
 	// +kubebuilder:validation:Minimum=0
-	MaxMovesPerInterval int32 `json:"maxMovesPerInterval,omitempty"`
+	MaxMovesPerInterval *int32 `json:"maxMovesPerInterval,omitempty"`
 }
 
 // FencedShardSetStatus counts the shards; each shard's grant is recorded on

@@ -138,14 +138,15 @@ func ownershipOnly(old, l *coordinationv1.Lease) bool {
 	return reflect.DeepEqual(old.Spec, l.Spec) && maps.Equal(old.Annotations, l.Annotations) && maps.Equal(old.Labels, l.Labels)
 }
 
-// ownedLease: a FencedLease is among the Lease's owners, before or after.
+// ownedLease: a FencedLease or a FencedShardSet is among the Lease's
+// owners, before or after.
 func ownedLease(objs ...metav1.Object) bool {
 	for _, o := range objs {
 		if o == nil || reflect.ValueOf(o).IsNil() {
 			continue
 		}
 		for _, ref := range o.GetOwnerReferences() {
-			if ref.Kind == "FencedLease" && strings.HasPrefix(ref.APIVersion, fencingv1alpha1.GroupVersion.Group+"/") {
+			if (ref.Kind == "FencedLease" || ref.Kind == "FencedShardSet") && strings.HasPrefix(ref.APIVersion, fencingv1alpha1.GroupVersion.Group+"/") {
 				return true
 			}
 		}

@@ -15,6 +15,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/controllers/fencedlease"
+	"github.com/fencedlease/fencedlease/controllers/fencedshardset"
 )
 
 // Name is the operator's name: its event source, field manager and leader
@@ -174,6 +175,10 @@ func Add(mgr ctrl.Manager, opts Options) error {
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up FencedLease controller: %w", err)
+	}
+	shards := &fencedshardset.Reconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(fencedshardset.Name), Clock: opts.Clock}
+	if err := shards.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up FencedShardSet controller: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,164 @@
+package fencedshardset
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+)
+
+// Name is the controller's name, in logs, metrics and Events.
+const Name = "fencedshardset"
+
+// Reconciler reconciles FencedShardSets.
+type Reconciler struct {
+	client.Client
+	// APIReader reads the shards' Leases from the API server: the grants
+	// are decided, and published to the pods, from what the API server
+	// holds, never from a cache that may lag behind a move.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+	// Writers is how many shards' Leases are written at once.
+	Writers int
+}
+
+// +kubebuilder:rbac:groups=fencing.fencedlease.io,resources=fencedshardsets,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=fencing.fencedlease.io,resources=fencedshardsets/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=fencing.fencedlease.io,resources=fencedshardsets/finalizers,verbs=update
+
+// Reconcile moves one FencedShardSet's shards toward its plan: read the
+// pods, then the Leases; decide; write the Leases; publish to the pods;
+// record the status (deferred, so a failed step is recorded too).
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	set := &fencingv1alpha1.FencedShardSet{}
+	if err := r.Get(ctx, req.NamespacedName, set); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !set.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, set)
+	}
+	if !controllerutil.ContainsFinalizer(set, fencingv1alpha1.Finalizer) {
+		base := set.DeepCopy()
+		controllerutil.AddFinalizer(set, fencingv1alpha1.Finalizer)
+		if err := r.Patch(ctx, set, client.MergeFrom(base)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("add the finalizer of FencedShardSet %s: %w", req, err)
+		}
+	}
+	s := &scope{set: set, base: set.DeepCopy(), now: r.Clock.Now()}
+	defer func() {
+		if err := r.recordStatus(ctx, s, retErr); err != nil && retErr == nil {
+			retErr = err
+		}
+	}()
+	for _, step := range []func(context.Context, *scope) error{r.readInputs, r.writeGrants, r.publish} {
+		if err := step(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+		if s.invalid != "" {
+			return ctrl.Result{}, nil
+		}
+	}
+	return s.result(), nil
+}
+
+// reconcileDelete takes every shard from the pods' annotations, so that no
+// pod goes on believing it owns a shard of a set that is gone, and then
+// lets the set go; the Leases go with it (their owner).
+func (r *Reconciler) reconcileDelete(ctx context.Context, set *fencingv1alpha1.FencedShardSet) error {
+	if !controllerutil.ContainsFinalizer(set, fencingv1alpha1.Finalizer) {
+		return nil
+	}
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(set.Namespace), client.MatchingLabels{fencingv1alpha1.LabelShardSet: set.Name}); err != nil {
+		return fmt.Errorf("list the pods of FencedShardSet %s: %w", client.ObjectKeyFromObject(set), err)
+	}
+	for i := range pods.Items {
+		if err := r.writeShards(ctx, &pods.Items[i], set.Name, "", false); err != nil {
+			return err
+		}
+	}
+	base := set.DeepCopy()
+	controllerutil.RemoveFinalizer(set, fencingv1alpha1.Finalizer)
+	if err := r.Patch(ctx, set, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove the finalizer of FencedShardSet %s: %w", client.ObjectKeyFromObject(set), err)
+	}
+	return nil
+}
+
+// SetupWithManager registers the controller: a set is reconciled when it
+// changes, when one of its Leases does, and when a pod it selects (or
+// published to) does.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.Writers <= 0 {
+		r.Writers = 8
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&fencingv1alpha1.FencedShardSet{}).
+		Owns(&coordinationv1.Lease{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.setsForPod)).
+		Watches(&fencingv1alpha1.FencedShardSet{}, handler.EnqueueRequestsFromMapFunc(r.otherSets)).
+		Named(Name).
+		Complete(r)
+}
+
+// setsForPod maps a pod to the sets that select it or published to it.
+func (r *Reconciler) setsForPod(ctx context.Context, o client.Object) []reconcile.Request {
+	sets := &fencingv1alpha1.FencedShardSetList{}
+	if err := r.List(ctx, sets, client.InNamespace(o.GetNamespace())); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "List FencedShardSets for a pod", "pod", client.ObjectKeyFromObject(o))
+		return nil
+	}
+	var out []reconcile.Request
+	for _, set := range sets.Items {
+		sel, err := metav1.LabelSelectorAsSelector(&set.Spec.Selector)
+		selected := err == nil && sel.Matches(labels.Set(o.GetLabels()))
+		if selected || o.GetLabels()[fencingv1alpha1.LabelShardSet] == set.Name {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&set)})
+		}
+	}
+	return out
+}
+
+// otherSets maps a set to the other sets of its namespace: a set that
+// starts or stops selecting a pod changes whether the others may give it
+// shards.
+func (r *Reconciler) otherSets(ctx context.Context, o client.Object) []reconcile.Request {
+	sets := &fencingv1alpha1.FencedShardSetList{}
+	if err := r.List(ctx, sets, client.InNamespace(o.GetNamespace())); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "List FencedShardSets", "namespace", o.GetNamespace())
+		return nil
+	}
+	var out []reconcile.Request
+	for _, set := range sets.Items {
+		if set.UID != o.GetUID() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&set)})
+		}
+	}
+	return out
+}
+
+// leaseDuration is the set's lease duration.
+func leaseDuration(set *fencingv1alpha1.FencedShardSet) time.Duration {
+	return time.Duration(max(set.Spec.LeaseDurationSeconds, 1)) * time.Second
+}

@@ -1,0 +1,211 @@
+package fencedshardset_test
+
+import (
+	"maps"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/record"
+	"github.com/fencedlease/fencedlease/test/testenv"
+)
+
+// Three pods share twelve shards, four each, each shard with a fence of
+// its own on its Lease and in its owner's annotation. When a pod is
+// deleted its four shards, and only those, move to the two others, each
+// with a higher fence (Immediate).
+func TestShardsSpreadAndMoveWithHigherFences(t *testing.T) {
+	f := newFixture(t)
+	f.readyPod("a")
+	f.readyPod("b")
+	c := f.readyPod("c")
+	f.shardSet("work", nil)
+
+	var before map[string]map[string]int64
+	f.g.Eventually(func(g Gomega) {
+		byPod, fences := f.owners(g, "work")
+		g.Expect(fences).To(HaveLen(12))
+		g.Expect(counts(byPod)).To(Equal(map[string]int{"a": 4, "b": 4, "c": 4}))
+		before = byPod
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	f.g.Eventually(func(g Gomega) {
+		st := f.get("work").Status
+		g.Expect(st.Owned).To(Equal(int32(12)))
+		g.Expect(st.Pods).To(Equal(int32(3)))
+		g.Expect(meta.IsStatusConditionTrue(st.Conditions, fencingv1alpha1.ConditionReady)).To(BeTrue())
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+
+	f.g.Expect(f.c.Delete(f.ctx, c, client.GracePeriodSeconds(0))).To(Succeed())
+	f.g.Eventually(func(g Gomega) {
+		byPod, fences := f.owners(g, "work")
+		g.Expect(counts(byPod)).To(Equal(map[string]int{"a": 6, "b": 6}))
+		for key, fence := range before["c"] {
+			g.Expect(fences[key]).To(BeNumerically(">", fence), "shard %s moved without a higher fence", key)
+		}
+		for _, kept := range []string{"a", "b"} {
+			for key, fence := range before[kept] {
+				g.Expect(byPod[kept]).To(HaveKeyWithValue(key, fence), "shard %s of a live pod moved", key)
+			}
+		}
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	f.g.Eventually(func() int64 { return f.get("work").Status.Moves }).WithTimeout(timeout).Should(Equal(int64(16)))
+}
+
+// Under Safe a shard whose owner stops being ready is taken from the
+// owner's annotation at once, and granted to another pod only once its
+// revoked grant is a lease duration old.
+func TestSafeMoveWaitsOutTheLease(t *testing.T) {
+	f := newFixture(t)
+	f.readyPod("a")
+	b := f.readyPod("b")
+	f.shardSet("work", func(s *fencingv1alpha1.FencedShardSet) {
+		s.Spec.Shards, s.Spec.Takeover, s.Spec.LeaseDurationSeconds = 4, fencingv1alpha1.TakeoverSafe, 3
+	})
+	var before map[string]map[string]int64
+	f.g.Eventually(func(g Gomega) {
+		byPod, _ := f.owners(g, "work")
+		g.Expect(counts(byPod)).To(Equal(map[string]int{"a": 2, "b": 2}))
+		before = byPod
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+
+	lost := time.Now()
+	f.g.Expect(testenv.SetContainersNotReady(f.ctx, f.c, b)).To(Succeed())
+	f.g.Eventually(func(g Gomega) {
+		byPod, _ := f.owners(g, "work")
+		g.Expect(byPod).NotTo(HaveKey("b"))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	f.g.Eventually(func(g Gomega) {
+		byPod, fences := f.owners(g, "work")
+		g.Expect(counts(byPod)).To(Equal(map[string]int{"a": 4}))
+		for key, fence := range before["b"] {
+			g.Expect(fences[key]).To(BeNumerically(">", fence))
+			l := &coordinationv1.Lease{}
+			g.Expect(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: record.ShardLeaseName("work", key)}, l)).To(Succeed())
+			g.Expect(l.Spec.AcquireTime.Sub(lost)).To(BeNumerically(">=", 3*time.Second), "shard %s granted before its old owner's lease ran out", key)
+		}
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+}
+
+// A pod that joins takes its share, and the fewest shards move: eight
+// shards over two pods, then three pods: two shards move.
+func TestJoiningPodTakesItsShare(t *testing.T) {
+	f := newFixture(t)
+	f.readyPod("a")
+	f.readyPod("b")
+	f.shardSet("work", func(s *fencingv1alpha1.FencedShardSet) { s.Spec.Shards = 8 })
+	var before map[string]int64
+	f.g.Eventually(func(g Gomega) {
+		byPod, fences := f.owners(g, "work")
+		g.Expect(counts(byPod)).To(Equal(map[string]int{"a": 4, "b": 4}))
+		before = fences
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	f.readyPod("c")
+	f.g.Eventually(func(g Gomega) {
+		byPod, fences := f.owners(g, "work")
+		g.Expect(counts(byPod)).To(HaveKeyWithValue("c", 2))
+		g.Expect(counts(byPod)).To(ConsistOf(3, 3, 2))
+		moved := 0
+		for key, fence := range fences {
+			if fence != before[key] {
+				moved++
+			}
+		}
+		g.Expect(moved).To(Equal(2))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+}
+
+// A pod that two sets select owns shards of neither, and both sets say so
+// by not counting it: a set created beside one whose shards the pod owns
+// takes them from it.
+func TestPodOfTwoSetsOwnsNothing(t *testing.T) {
+	f := newFixture(t)
+	f.readyPod("a")
+	f.shardSet("one", func(s *fencingv1alpha1.FencedShardSet) { s.Spec.Shards = 2 })
+	f.g.Eventually(func(g Gomega) {
+		byPod, _ := f.owners(g, "one")
+		g.Expect(byPod).To(HaveKeyWithValue("a", HaveLen(2)))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	f.shardSet("two", func(s *fencingv1alpha1.FencedShardSet) { s.Spec.Shards = 2 })
+	f.g.Eventually(func(g Gomega) {
+		p := &corev1.Pod{}
+		g.Expect(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "a"}, p)).To(Succeed())
+		g.Expect(p.Annotations).NotTo(HaveKey(record.AnnotationShards))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	f.g.Consistently(func(g Gomega) {
+		p := &corev1.Pod{}
+		g.Expect(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "a"}, p)).To(Succeed())
+		g.Expect(p.Annotations).NotTo(HaveKey(record.AnnotationShards))
+	}).WithTimeout(2 * time.Second).WithPolling(poll).Should(Succeed())
+	f.g.Eventually(func(g Gomega) {
+		st := f.get("one").Status
+		g.Expect(st.Pods).To(BeZero())
+		g.Expect(meta.FindStatusCondition(st.Conditions, fencingv1alpha1.ConditionReady)).To(HaveField("Reason", fencingv1alpha1.ReasonNoCandidates))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+}
+
+// Deleting the set takes its shards from the pods: no pod goes on
+// believing it owns a shard of a set that is gone.
+func TestDeletedSetLeavesNoShards(t *testing.T) {
+	f := newFixture(t)
+	f.readyPod("a")
+	set := f.shardSet("work", func(s *fencingv1alpha1.FencedShardSet) { s.Spec.Keys, s.Spec.Shards = []string{"eu", "us"}, 0 })
+	f.g.Eventually(func(g Gomega) {
+		byPod, _ := f.owners(g, "work")
+		g.Expect(byPod).To(HaveKeyWithValue("a", HaveLen(2)))
+		g.Expect(slicesOf(byPod["a"])).To(ConsistOf("eu", "us"))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	f.g.Expect(f.c.Delete(f.ctx, set)).To(Succeed())
+	f.g.Eventually(func(g Gomega) {
+		p := &corev1.Pod{}
+		g.Expect(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "a"}, p)).To(Succeed())
+		g.Expect(p.Annotations).NotTo(HaveKey(record.AnnotationShards))
+		g.Expect(p.Labels).NotTo(HaveKey(record.LabelShardSet))
+		err := f.c.Get(f.ctx, client.ObjectKeyFromObject(set), &fencingv1alpha1.FencedShardSet{})
+		g.Expect(client.IgnoreNotFound(err)).To(Succeed())
+		g.Expect(err).To(HaveOccurred())
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+}
+
+func slicesOf(m map[string]int64) []string {
+	out := []string{}
+	for k := range maps.Keys(m) {
+		out = append(out, k)
+	}
+	return out
+}
+
+// The API refuses a set it cannot act on, and says why.
+func TestInvalidSetsAreRefused(t *testing.T) {
+	f := newFixture(t)
+	for _, tc := range []struct {
+		name   string
+		mutate func(*fencingv1alpha1.FencedShardSet)
+		says   string
+	}{
+		{"both a count and keys", func(s *fencingv1alpha1.FencedShardSet) { s.Spec.Keys = []string{"eu"} }, "set exactly one of shards"},
+		{"neither", func(s *fencingv1alpha1.FencedShardSet) { s.Spec.Shards = 0 }, "set exactly one of shards"},
+		{"a key that is not a DNS label", func(s *fencingv1alpha1.FencedShardSet) { s.Spec.Shards, s.Spec.Keys = 0, []string{"EU_west"} }, "spec.keys[0]"},
+		{"too many shards", func(s *fencingv1alpha1.FencedShardSet) { s.Spec.Shards = 10001 }, "spec.shards"},
+		{"renewal by the holder", func(s *fencingv1alpha1.FencedShardSet) { s.Spec.Renewal = fencingv1alpha1.RenewalHolder }, "spec.renewal"},
+		{"an empty selector", func(s *fencingv1alpha1.FencedShardSet) { s.Spec.Selector.MatchLabels = nil }, "selector must not be empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			set := &fencingv1alpha1.FencedShardSet{}
+			set.Namespace, set.Name = f.ns, "bad"
+			set.Spec.Selector.MatchLabels, set.Spec.Shards, set.Spec.MaxMovesPerInterval = workers, 4, ptr.To[int32](10)
+			tc.mutate(set)
+			err := f.c.Create(f.ctx, set)
+			g.Expect(err).To(MatchError(ContainSubstring(tc.says)))
+			g.Expect(err).To(MatchError(ContainSubstring(`FencedShardSet.fencing.fencedlease.io "bad" is invalid`)))
+		})
+	}
+}
