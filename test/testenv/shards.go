@@ -36,7 +36,9 @@ func WatchShards(ctx context.Context, cfg *rest.Config, ns string) (*ShardChecke
 		return nil, err
 	}
 	sc := &ShardChecker{pubs: invariant.NewPublications(), shards: map[string]map[string]int64{}, highest: map[string]int64{}}
-	gap := func() { sc.locked(func() { sc.violations = append(sc.violations, "the watch of pods in "+ns+" could not resume") }) }
+	gap := func() {
+		sc.locked(func() { sc.violations = append(sc.violations, "the watch of pods in "+ns+" could not resume") })
+	}
 	err = Follow(ctx, c, ns, &corev1.PodList{}, gap, func(t watch.EventType, o runtime.Object) { sc.observe(t, o.(*corev1.Pod)) })
 	return sc, err
 }
