@@ -310,6 +310,14 @@ demo-controller: cluster-tools $(KWOK) $(HELM) node-packages kubelet images clus
 	@bin/demo-command --scene controller $(if $(filter 0,$(CLIENTGO)),--clientgo=false) $(DEMO_FLAGS) \
 		--manager $(CURDIR)/bin/manager --example $(CURDIR)/bin/fenced-controller
 
+# make demo-shards: a FencedShardSet's 64 shards over a 3-replica
+# Deployment; a pod deleted, a node paused past the shards' lease (its pod's
+# late write rejected), a rolling update; every move printed with its fences.
+.PHONY: demo-shards
+demo-shards: cluster-tools $(KWOK) $(HELM) node-packages kubelet images cluster-command build ## Show fenced shards: 64 shards over three pods, moved and fenced.
+	$(call go-build,./hack/demo,bin/demo-command)
+	@bin/demo-command --scene shards $(DEMO_FLAGS) --manager $(CURDIR)/bin/manager
+
 ##@ Deploy
 
 .PHONY: install

@@ -35,6 +35,8 @@ type Reconciler struct {
 	Clock     clock.PassiveClock
 	// Writers is how many shards' Leases are written at once.
 	Writers int
+
+	revoked revocations
 }
 
 // +kubebuilder:rbac:groups=fencing.fencedlease.io,resources=fencedshardsets,verbs=get;list;watch;update;patch

@@ -42,7 +42,7 @@ func (r *Reconciler) writeGrants(ctx context.Context, s *scope) error {
 		}
 		l := s.leases[key]
 		t := r.target(s, key)
-		act, until := shard.Step(recordOf(l), t, s.set.Spec.Takeover == fencingv1alpha1.TakeoverImmediate, leaseDuration(s.set), s.now)
+		act, until := shard.Step(r.recordOf(l, s), t, s.set.Spec.Takeover == fencingv1alpha1.TakeoverImmediate, leaseDuration(s.set), s.now)
 		if act == shard.Wait {
 			if s.wait.IsZero() || until.Before(s.wait) {
 				s.wait = until
@@ -75,10 +75,11 @@ func (r *Reconciler) writeGrants(ctx context.Context, s *scope) error {
 	if s.set.Spec.Takeover != fencingv1alpha1.TakeoverImmediate {
 		// A shard revoked here waits out its lease before its next grant.
 		for _, l := range s.leases {
-			if rec := record.ParseLease(l.Annotations); rec.State == record.StateRevoked && l.Spec.RenewTime != nil {
-				if until := l.Spec.RenewTime.Add(leaseDuration(s.set)); until.After(s.now) && (s.wait.IsZero() || until.Before(s.wait)) {
-					s.wait = until
-				}
+			if record.ParseLease(l.Annotations).State != record.StateRevoked {
+				continue
+			}
+			if until := r.revoked.since(l, s.now).Add(leaseDuration(s.set)); until.After(s.now) && (s.wait.IsZero() || until.Before(s.wait)) {
+				s.wait = until
 			}
 		}
 	}
@@ -95,15 +96,18 @@ func (r *Reconciler) target(s *scope, key string) shard.Target {
 	return shard.Target{Name: name, UID: string(c.UID)}
 }
 
-// recordOf is what a shard's Lease says of its grant.
-func recordOf(l *coordinationv1.Lease) shard.Record {
+// recordOf is what a shard's Lease says of its grant. A revoked grant
+// changed when this process first saw it revoked (revocations).
+func (r *Reconciler) recordOf(l *coordinationv1.Lease, s *scope) shard.Record {
 	if l == nil {
 		return shard.Record{}
 	}
 	rec := record.ParseLease(l.Annotations)
 	out := shard.Record{Exists: true, Holder: ptr.Deref(l.Spec.HolderIdentity, ""), HolderUID: rec.HolderUID, State: rec.State}
-	if l.Spec.RenewTime != nil {
-		out.Changed = l.Spec.RenewTime.Time
+	if rec.State == record.StateRevoked {
+		out.Changed = r.revoked.since(l, s.now)
+	} else {
+		r.revoked.forget(l)
 	}
 	return out
 }

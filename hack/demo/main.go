@@ -34,7 +34,7 @@ func main() {
 	flag.StringVar(&o.manager, "manager", "bin/manager", "The operator binary (make build).")
 	flag.StringVar(&o.chart, "chart", "charts/fencedlease", "The operator's Helm chart.")
 	flag.StringVar(&o.scene, "scene", sceneWorkload, "What to show: "+sceneWorkload+" (a Deployment's pods and their writes) or "+
-		sceneController+" (the example fenced controller in two replica processes, one paused).")
+		sceneController+" (the example fenced controller in two replica processes, one paused) or "+sceneShards+" (a FencedShardSet's 64 shards over three pods).")
 	flag.StringVar(&o.example, "example", "bin/fenced-controller", "The example fenced controller's binary (scene "+sceneController+").")
 	flag.StringVar(&o.exampleConfig, "example-config", "examples/fenced-controller/config", "The example's manifests: crd/, rbac/, deploy/.")
 	flag.BoolVar(&o.clientGo, "clientgo", true, "Scene "+sceneController+": show the same pause on client-go's leader election too (about 40s more).")
@@ -89,6 +89,7 @@ type options struct {
 const (
 	sceneWorkload   = "workload"
 	sceneController = "controller"
+	sceneShards     = "shards"
 )
 
 const (
@@ -103,6 +104,8 @@ func run(ctx context.Context, cfg cluster.Config, o options) error {
 		fmt.Println(intro)
 	case sceneController:
 		fmt.Println(controllerIntro)
+	case sceneShards:
+		fmt.Println(shardsIntro)
 	default:
 		return fmt.Errorf("unknown scene %q: want %s or %s", o.scene, sceneWorkload, sceneController)
 	}
@@ -110,8 +113,11 @@ func run(ctx context.Context, cfg cluster.Config, o options) error {
 	if err != nil {
 		return err
 	}
-	if o.scene == sceneController {
+	switch o.scene {
+	case sceneController:
 		return d.controllerScene(o)
+	case sceneShards:
+		return d.shardsScene(o)
 	}
 	return d.workloadScene(o)
 }
@@ -205,6 +211,13 @@ func (d *demo) workloadScene(o options) error {
 	d.lookAround()
 	return nil
 }
+
+const shardsIntro = `fencedlease demo: fenced shards
+===============================
+A sharded workload (a worker per tenant, a consumer per partition) needs one owner per shard at a
+time, spread over the pods that are alive. A FencedShardSet grants each shard to one pod with a
+fence of its own that grows with every move, and the API server rejects a write to a shard's
+objects that does not carry that shard's current fence from its current owner.`
 
 const intro = `fencedlease demo
 ================
