@@ -9,31 +9,16 @@ import (
 	"github.com/fencedlease/fencedlease/internal/record"
 )
 
-// ProtectedBy returns the name of the FencedLease that protects the object
-// of the request: the label of the stored object, or of the new object when
-// the stored one has none (CREATE, or an UPDATE that adds protection). ok is
-// false when neither carries the label.
-func ProtectedBy(r Request) (name string, ok bool) {
-	for _, o := range []*Object{r.Old, r.New} {
-		if o == nil {
-			continue
-		}
-		if v, has := o.Labels[fencingv1alpha1.LabelProtectedBy]; has {
-			return v, true
-		}
-	}
-	return "", false
-}
-
-// Precheck applies the rules that need no FencedLease: the principals, the
-// protected-by label, the form of the fence, and callers that are not pods,
+// Precheck applies the rules that need no grant: the principals, the
+// protection labels, the form of the fence, and callers that are not pods,
 // whose writes and deletes are denied whatever fence they present. It
 // reports final when that settles the request; otherwise the webhook reads
-// the FencedLease and calls Decide. So a caller that is not a pod never
+// the grant of the protector (ProtectedBy: a FencedLease, or a shard of a
+// FencedShardSet) and calls Decide. So a caller that is not a pod never
 // costs a read, from the cache or from the API server.
 func Precheck(r Request, p Principals) (d Decision, final bool) {
-	name, ok := ProtectedBy(r)
-	d = Decision{Lease: name}
+	prot, ok := ProtectedBy(r)
+	d = Decision{Lease: prot.String()}
 	if !ok {
 		return allow(d, ReasonUnprotected), true
 	}
@@ -46,9 +31,12 @@ func Precheck(r Request, p Principals) (d Decision, final bool) {
 	case r.Caller.IsSystemCleanup() && (r.Operation == Delete || (r.Operation == Update && r.OwnershipOnly)):
 		return allow(d, ReasonSystemCleanup), true
 	}
-	m := messages{r: r, lease: name}
-	if name == "" {
+	m := messages{r: r, p: prot}
+	if prot.Name == "" {
 		return deny(d, ReasonInvalidLabel, m.invalidLabel()), true
+	}
+	if prot.Sharded && prot.Shard == "" {
+		return deny(d, ReasonInvalidLabel, m.invalidShardLabel()), true
 	}
 	if r.Operation == Delete {
 		if !r.Caller.IsPod() {
@@ -59,14 +47,10 @@ func Precheck(r Request, p Principals) (d Decision, final bool) {
 	// The label rule holds on every path that carries the old and the new
 	// object, a subresource write's included: the API server keeps label
 	// changes on the status writes of most built-in resources.
-	if r.Old != nil && r.New != nil {
-		if _, had := r.Old.Labels[fencingv1alpha1.LabelProtectedBy]; had {
-			if v, has := r.New.Labels[fencingv1alpha1.LabelProtectedBy]; !has || v != name {
-				return deny(d, ReasonLabelChanged, m.labelChanged(v, has)), true
-			}
-		}
+	if msg, ok := checkLabels(r, m); !ok {
+		return deny(d, ReasonLabelChanged, msg), true
 	}
-	if o, got, ok := checkOwners(r, name); !ok {
+	if o, got, ok := checkOwners(r, prot); !ok {
 		return deny(d, ReasonOwnerUnprotected, m.ownerUnprotected(o, got.Unreadable)), true
 	}
 	if r.SubResource != "" {
@@ -122,12 +106,12 @@ func precheckSubResource(r Request, d Decision, m messages) (Decision, bool) {
 }
 
 // Decide applies the rules of the fencing webhook to a request. lease is the
-// grant of the FencedLease named by ProtectedBy as the API server holds it
-// now: the webhook reads it for every decision that needs it, never from a
-// cache that may lag behind a newer grant (two webhook replicas have two
-// caches, and a cache that has not seen a grant would admit the writes it
-// replaced). A request that Precheck settles gets its answer, whatever lease
-// says.
+// grant of the protector named by ProtectedBy (the FencedLease, or the
+// shard of the FencedShardSet) as the API server holds it now: the webhook
+// reads it for every decision that needs it, never from a cache that may
+// lag behind a newer grant (two webhook replicas have two caches, and a
+// cache that has not seen a grant would admit the writes it replaced). A
+// request that Precheck settles gets its answer, whatever lease says.
 func Decide(r Request, lease Lease, p Principals) Decision {
 	d, final := Precheck(r, p)
 	if !final {
@@ -137,9 +121,11 @@ func Decide(r Request, lease Lease, p Principals) Decision {
 	return d
 }
 
-// decideHolder decides a write or a delete by a pod from the FencedLease.
+// decideHolder decides a write or a delete by a pod from the grant of the
+// object's protector: the same rules for a FencedLease and for a shard.
 func decideHolder(r Request, lease Lease, d Decision) Decision {
-	m := messages{r: r, lease: d.Lease, fence: d.Fence, current: lease.Fence}
+	prot, _ := ProtectedBy(r)
+	m := messages{r: r, p: prot, fence: d.Fence, current: lease.Fence}
 	if r.Operation == Delete {
 		return decideDelete(r, lease, d, m)
 	}
@@ -149,12 +135,12 @@ func decideHolder(r Request, lease Lease, d Decision) Decision {
 	if lease.Found && n < lease.Fence {
 		return deny(d, ReasonStaleFence, m.stale())
 	}
-	if stored := storedFence(r.Old, d.Lease); n < stored {
+	if stored := storedFence(r.Old, prot); n < stored {
 		return deny(d, ReasonObjectFenceRegression, m.objectRegression(stored))
 	}
 	switch {
 	case !lease.Found:
-		return deny(d, ReasonLeaseNotFound, m.leaseNotFound())
+		return denyNotFound(d, lease, m)
 	case n > lease.Fence:
 		return deny(d, ReasonUnknownFence, m.unknown())
 	case lease.Holder == nil:
@@ -182,13 +168,13 @@ func decideHolder(r Request, lease Lease, d Decision) Decision {
 func decideDelete(r Request, lease Lease, d Decision, m messages) Decision {
 	switch {
 	case !lease.Found:
-		return deny(d, ReasonLeaseNotFound, m.leaseNotFound())
+		return denyNotFound(d, lease, m)
 	case lease.Holder == nil:
 		return deny(d, ReasonNoHolder, m.noHolder())
 	case r.Caller.PodUID != lease.Holder.PodUID:
 		return deny(d, ReasonNotHolder, m.notHolder(lease.Holder))
 	}
-	stored := storedFence(r.Old, d.Lease)
+	stored := storedFence(r.Old, m.p)
 	switch {
 	case stored > lease.Fence:
 		return deny(d, ReasonUnknownFence, m.storedUnknown(stored))
@@ -196,6 +182,16 @@ func decideDelete(r Request, lease Lease, d Decision, m messages) Decision {
 		return deny(d, ReasonDeleteOlderWrite, m.deleteOlderWrite(stored))
 	}
 	return allow(d, ReasonHolder)
+}
+
+// denyNotFound denies a request whose protector has no grant to decide on:
+// no FencedLease or FencedShardSet of the label's name, or a set without
+// the object's shard.
+func denyNotFound(d Decision, lease Lease, m messages) Decision {
+	if lease.NoShard {
+		return deny(d, ReasonUnknownShard, m.unknownShard())
+	}
+	return deny(d, ReasonLeaseNotFound, m.leaseNotFound())
 }
 
 // isStale says whether a denial names a stale or impostor holder: a pod that
@@ -209,14 +205,18 @@ func isStale(r Reason) bool {
 }
 
 // storedFence is the fence of the last accepted writer of the stored object,
-// if that object was protected by the same FencedLease. A fence on an object
-// that was not (an unlabelled object that anyone with write access could
-// annotate, or one protected by another FencedLease) orders nothing: else a
-// huge fence annotated beforehand would keep the holder from ever protecting
-// the object. An annotation that does not parse (written by the operator or
-// a break-glass user) stores no order, like an absent one.
-func storedFence(old *Object, lease string) int64 {
-	if old == nil || old.Labels[fencingv1alpha1.LabelProtectedBy] != lease {
+// if that object was protected by the same protector (the same FencedLease,
+// or the same shard of the same FencedShardSet). A fence on an object that
+// was not (an unlabelled object that anyone with write access could
+// annotate, or one protected by another FencedLease or shard) orders
+// nothing: else a huge fence annotated beforehand would keep the holder from
+// ever protecting the object. An annotation that does not parse (written by
+// the operator or a break-glass user) stores no order, like an absent one.
+func storedFence(old *Object, p Protector) int64 {
+	if old == nil {
+		return 0
+	}
+	if was, ok := ProtectorOf(old.Labels); !ok || was != p {
 		return 0
 	}
 	n, err := record.ParseFence(old.Annotations[fencingv1alpha1.AnnotationFence])
@@ -236,11 +236,11 @@ func deny(d Decision, reason Reason, msg string) Decision {
 	return d
 }
 
-// messages formats denials. Every one names the object; those about the
-// order of fences name the presented and the current fence.
+// messages formats denials. Every one names the object and its protector;
+// those about the order of fences name the presented and the current fence.
 type messages struct {
 	r              Request
-	lease          string
+	p              Protector
 	fence, current int64
 }
 
@@ -263,9 +263,13 @@ func (m messages) rejected() string {
 }
 
 func (m messages) ownerUnprotected(o OwnerRef, unreadable bool) string {
-	msg := fmt.Sprintf("%s: owner %s is not protected by FencedLease %q: an owner of a protected object must be that FencedLease "+
-		"or an object it protects, of a protected resource; otherwise a writer without the current fence could delete the owner, "+
-		"and the garbage collector would then delete this object", m.object(), o, m.lease)
+	protects := "an object it protects"
+	if m.p.Sharded {
+		protects = "an object the same shard protects"
+	}
+	msg := fmt.Sprintf("%s: owner %s is not protected by %s: an owner of a protected object must be that %s "+
+		"or %s, of a protected resource; otherwise a writer without the current fence could delete the owner, "+
+		"and the garbage collector would then delete this object", m.object(), o, m.p.describe(), m.p.Kind(), protects)
 	if unreadable {
 		msg += fmt.Sprintf(" (the operator may not read %s objects, so it cannot tell: grant it get on them to allow such owners)", o.Kind)
 	}
@@ -273,29 +277,24 @@ func (m messages) ownerUnprotected(o OwnerRef, unreadable bool) string {
 }
 
 func (m messages) invalidLabel() string {
-	return fmt.Sprintf("%s: label %s must name a FencedLease in the same namespace", m.rejected(), fencingv1alpha1.LabelProtectedBy)
+	return fmt.Sprintf("%s: label %s must name a %s in the same namespace", m.rejected(), fencingv1alpha1.LabelProtectedBy, m.p.Kind())
 }
 
-func (m messages) labelChanged(to string, has bool) string {
-	change := "removed"
-	if has {
-		change = fmt.Sprintf("changed to %q", to)
-	}
-	return fmt.Sprintf("%s: label %s=%s cannot be %s (only the operator or a break-glass user can)",
-		m.rejected(), fencingv1alpha1.LabelProtectedBy, m.lease, change)
+func (m messages) invalidShardLabel() string {
+	return fmt.Sprintf("%s: label %s must name a shard of FencedShardSet %q", m.rejected(), fencingv1alpha1.LabelShard, m.p.Name)
 }
 
 func (m messages) missingFence() string {
-	return fmt.Sprintf("%s: no %s annotation: only the holder of FencedLease %q may write this object, with its fence",
-		m.rejected(), fencingv1alpha1.AnnotationFence, m.lease)
+	return fmt.Sprintf("%s: no %s annotation: only the holder of %s may write this object, with its fence",
+		m.rejected(), fencingv1alpha1.AnnotationFence, m.p.describe())
 }
 
 // missingFieldManagerFence keeps the words of missingFence ("no
 // fencedlease.io/fence annotation") that pkg/fencedcontroller recognises,
 // and says where a subresource write carries its fence.
 func (m messages) missingFieldManagerFence() string {
-	return fmt.Sprintf("%s: no %s annotation: a %s write cannot carry one on the object: it carries its fence in its field manager (<manager>%s<N>); only the holder of FencedLease %q may write this object, with its fence",
-		m.rejected(), fencingv1alpha1.AnnotationFence, m.r.SubResource, fieldmanager.Fence, m.lease)
+	return fmt.Sprintf("%s: no %s annotation: a %s write cannot carry one on the object: it carries its fence in its field manager (<manager>%s<N>); only the holder of %s may write this object, with its fence",
+		m.rejected(), fencingv1alpha1.AnnotationFence, m.r.SubResource, fieldmanager.Fence, m.p.describe())
 }
 
 func (m messages) subresourceFenceChanged(was string, had bool, is string, has bool) string {
@@ -322,34 +321,43 @@ func (m messages) objectRegression(stored int64) string {
 }
 
 func (m messages) leaseNotFound() string {
-	return fmt.Sprintf("%s: FencedLease %q not found in namespace %s", m.rejected(), m.lease, m.r.Namespace)
+	if m.p.Sharded {
+		return fmt.Sprintf("%s: FencedShardSet %q not found in namespace %s, so its shard %q has no holder",
+			m.rejected(), m.p.Name, m.r.Namespace, m.p.Shard)
+	}
+	return fmt.Sprintf("%s: FencedLease %q not found in namespace %s", m.rejected(), m.p.Name, m.r.Namespace)
+}
+
+func (m messages) unknownShard() string {
+	return fmt.Sprintf("%s: FencedShardSet %q has no shard %q: label %s must name one of its shards (spec.shards or spec.keys)",
+		m.rejected(), m.p.Name, m.p.Shard, fencingv1alpha1.LabelShard)
 }
 
 func (m messages) stale() string {
-	return fmt.Sprintf("%s: stale holder: FencedLease %q is at fence %d", m.rejected(), m.lease, m.current)
+	return fmt.Sprintf("%s: stale holder: %s is at fence %d", m.rejected(), m.p.describe(), m.current)
 }
 
 func (m messages) unknown() string {
-	return fmt.Sprintf("%s: unknown fence: FencedLease %q is at fence %d", m.rejected(), m.lease, m.current)
+	return fmt.Sprintf("%s: unknown fence: %s is at fence %d", m.rejected(), m.p.describe(), m.current)
 }
 
 func (m messages) storedUnknown(stored int64) string {
-	return fmt.Sprintf("%s: the object carries fence %d, which FencedLease %q never granted (it is at fence %d)",
-		m.rejected(), stored, m.lease, m.current)
+	return fmt.Sprintf("%s: the object carries fence %d, which %s never granted (it is at fence %d)",
+		m.rejected(), stored, m.p.describe(), m.current)
 }
 
 func (m messages) noHolder() string {
-	return fmt.Sprintf("%s: FencedLease %q has no holder (fence %d)", m.rejected(), m.lease, m.current)
+	return fmt.Sprintf("%s: %s has no holder (fence %d)", m.rejected(), m.p.describe(), m.current)
 }
 
 func (m messages) notHolder(h *Holder) string {
-	return fmt.Sprintf("%s: pod %s is not the holder of FencedLease %q (holder: pod %s, fence %d)",
-		m.rejected(), m.r.Caller.PodName, m.lease, h.PodName, m.current)
+	return fmt.Sprintf("%s: pod %s is not the holder of %s (holder: pod %s, fence %d)",
+		m.rejected(), m.r.Caller.PodName, m.p.describe(), h.PodName, m.current)
 }
 
 func (m messages) writeNotPod() string {
-	return fmt.Sprintf("%s: user %q is not a pod: only the holder pod of FencedLease %q may write this object (a fence is no proof of identity)",
-		m.rejected(), m.r.Caller.Username, m.lease)
+	return fmt.Sprintf("%s: user %q is not a pod: only the holder pod of %s may write this object (a fence is no proof of identity)",
+		m.rejected(), m.r.Caller.Username, m.p.describe())
 }
 
 func (m messages) deleteOlderWrite(stored int64) string {
@@ -357,10 +365,10 @@ func (m messages) deleteOlderWrite(stored int64) string {
 	if stored == 0 {
 		was = "carries no fence"
 	}
-	return fmt.Sprintf("%s: the object %s, not with the current fence %d of FencedLease %q: the holder deletes only what carries its current fence (write %s=%d on it first, then delete that version)",
-		m.rejected(), was, m.current, m.lease, fencingv1alpha1.AnnotationFence, m.current)
+	return fmt.Sprintf("%s: the object %s, not with the current fence %d of %s: the holder deletes only what carries its current fence (write %s=%d on it first, then delete that version)",
+		m.rejected(), was, m.current, m.p.describe(), fencingv1alpha1.AnnotationFence, m.current)
 }
 
 func (m messages) deleteNotPod() string {
-	return fmt.Sprintf("%s: a delete carries no fence: only the holder pod of FencedLease %q may delete this object", m.rejected(), m.lease)
+	return fmt.Sprintf("%s: a delete carries no fence: only the holder pod of %s may delete this object", m.rejected(), m.p.describe())
 }

@@ -277,11 +277,11 @@ func TestDecideMalformedFence(t *testing.T) {
 
 func TestProtectedBy(t *testing.T) {
 	g := NewWithT(t)
-	name, ok := ProtectedBy(update(podA, obj("db", "1"), obj("other", "1")))
-	g.Expect(name).To(Equal("db"), "the stored object's label decides")
+	p, ok := ProtectedBy(update(podA, obj("db", "1"), obj("other", "1")))
+	g.Expect(p).To(Equal(Protector{Name: "db"}), "the stored object's label decides")
 	g.Expect(ok).To(BeTrue())
-	name, ok = ProtectedBy(update(podA, &Object{}, obj("db", "1")))
-	g.Expect(name).To(Equal("db"))
+	p, ok = ProtectedBy(update(podA, &Object{}, obj("db", "1")))
+	g.Expect(p).To(Equal(Protector{Name: "db"}))
 	g.Expect(ok).To(BeTrue())
 	_, ok = ProtectedBy(del(podA, &Object{}))
 	g.Expect(ok).To(BeFalse())

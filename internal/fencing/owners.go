@@ -18,8 +18,15 @@ type OwnerRef struct {
 func (o OwnerRef) String() string { return fmt.Sprintf("%s %s (uid %s)", o.Kind, o.Name, o.UID) }
 
 // IsFencedLease reports whether the reference names a FencedLease.
-func (o OwnerRef) IsFencedLease() bool {
-	return o.Kind == "FencedLease" && strings.HasPrefix(o.APIVersion, fencingv1alpha1.GroupVersion.Group+"/")
+func (o OwnerRef) IsFencedLease() bool { return o.isOurs("FencedLease") }
+
+// IsFencedShardSet reports whether the reference names a FencedShardSet.
+func (o OwnerRef) IsFencedShardSet() bool { return o.isOurs("FencedShardSet") }
+
+// isOurs reports whether the reference names an object of the operator's
+// API group of the kind, in any version.
+func (o OwnerRef) isOurs(kind string) bool {
+	return o.Kind == kind && strings.HasPrefix(o.APIVersion, fencingv1alpha1.GroupVersion.Group+"/")
 }
 
 // Owner is what the webhook found of an owner an object is given: the
@@ -31,8 +38,9 @@ type Owner struct {
 	Listed bool
 	// Found says that an object of the reference's name and UID exists.
 	Found bool
-	// ProtectedBy is its protected-by label ("" when it has none).
-	ProtectedBy string
+	// ProtectedBy is what its labels say protects it (the zero Protector
+	// when it has no protected-by label).
+	ProtectedBy Protector
 	// Unreadable says that the operator may not read it (RBAC): it cannot
 	// be shown to be protected.
 	Unreadable bool
@@ -72,18 +80,20 @@ func hasOwner(refs []OwnerRef, uid types.UID) bool {
 }
 
 // checkOwners applies the owner rule: an owner a protected object is given
-// must be the FencedLease that protects it, or an object of a protected
-// resource that the same FencedLease protects. An owner of any other kind
-// could be deleted without a fence, by a holder of an older grant or by
-// anyone, and the garbage collector would then delete the protected object
-// (its deletes are admitted as system cleanup). It returns the first owner
-// that breaks the rule.
-func checkOwners(r Request, lease string) (OwnerRef, Owner, bool) {
+// must be what grants its protector (the FencedLease that protects it, or
+// the FencedShardSet of its shard), or an object of a protected resource
+// that the same protector protects (the same FencedLease, or the same shard
+// of the same set). An owner of any other kind could be deleted without a
+// fence, by a holder of an older grant, of another shard, or by anyone, and
+// the garbage collector would then delete the protected object (its deletes
+// are admitted as system cleanup). It returns the first owner that breaks
+// the rule.
+func checkOwners(r Request, p Protector) (OwnerRef, Owner, bool) {
 	for _, o := range AddedOwners(r) {
 		got := r.Owners[o.UID]
 		switch {
-		case o.IsFencedLease() && o.Name == lease && got.Found:
-		case got.Listed && got.Found && got.ProtectedBy == lease:
+		case p.grants(o) && got.Found:
+		case got.Listed && got.Found && got.ProtectedBy == p:
 		default:
 			return o, got, false
 		}

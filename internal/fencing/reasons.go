@@ -27,17 +27,20 @@ const (
 
 // Reasons of denied requests.
 const (
-	// ReasonLabelChanged: the protected-by label would be removed or changed.
+	// ReasonLabelChanged: the protected-by label would be removed or
+	// changed, or the shard label added, removed or changed.
 	ReasonLabelChanged Reason = "label_changed"
 	// ReasonSubresourceMetadata: a subresource write would change the
 	// stored fence annotation; only a write of the object moves it.
 	ReasonSubresourceMetadata Reason = "subresource_metadata"
 	// ReasonOwnerUnprotected: the write gives the object an owner that is
-	// neither its FencedLease nor an object of a protected resource that
-	// the same FencedLease protects: deleting that owner would make the
-	// garbage collector delete the object, without a fence.
+	// neither its FencedLease (for a shard: its FencedShardSet) nor an
+	// object of a protected resource that the same FencedLease (the same
+	// shard) protects: deleting that owner would make the garbage
+	// collector delete the object, without a fence.
 	ReasonOwnerUnprotected Reason = "owner_unprotected"
-	// ReasonInvalidLabel: the protected-by label is empty.
+	// ReasonInvalidLabel: the protected-by label is empty, or the shard
+	// label beside it.
 	ReasonInvalidLabel Reason = "invalid_label"
 	// ReasonMissingFence: a write without the fence annotation, or a
 	// subresource write without the fence in its field manager.
@@ -47,16 +50,21 @@ const (
 	// ReasonObjectFenceRegression: the fence is lower than the fence stored
 	// on the object by its last accepted writer.
 	ReasonObjectFenceRegression Reason = "object_fence_regression"
-	// ReasonStaleFence: the fence is lower than the FencedLease's current
-	// fence: a stale holder.
+	// ReasonStaleFence: the fence is lower than the current fence of the
+	// FencedLease (or the shard): a stale holder.
 	ReasonStaleFence Reason = "stale_fence"
-	// ReasonUnknownFence: the fence is higher than the FencedLease's current
-	// fence as the API server holds it: it was never granted (for a DELETE:
-	// the object was last written with such a fence).
+	// ReasonUnknownFence: the fence is higher than the current fence of the
+	// FencedLease (or the shard) as the API server holds it: it was never
+	// granted (for a DELETE: the object was last written with such a fence).
 	ReasonUnknownFence Reason = "unknown_fence"
-	// ReasonLeaseNotFound: no FencedLease of the label's name in the namespace.
+	// ReasonLeaseNotFound: no FencedLease (or, with the shard label, no
+	// FencedShardSet) of the label's name in the namespace.
 	ReasonLeaseNotFound Reason = "lease_not_found"
-	// ReasonNoHolder: the FencedLease has no holder.
+	// ReasonUnknownShard: the FencedShardSet of the label's name has no
+	// shard of the shard label's key (not in spec.keys, or not a canonical
+	// decimal below spec.shards).
+	ReasonUnknownShard Reason = "unknown_shard"
+	// ReasonNoHolder: the FencedLease (or the shard) has no holder.
 	ReasonNoHolder Reason = "no_holder"
 	// ReasonNotHolder: the caller is a pod other than the current holder.
 	ReasonNotHolder Reason = "not_holder"
@@ -65,7 +73,7 @@ const (
 	// fence is no secret (it is on the object for anyone to read, and a patch
 	// carries the stored one over), so only a pod's bound identity shows that
 	// a write comes from the holder; such a caller is decided without reading
-	// the FencedLease.
+	// the grant.
 	ReasonWriteNotPod Reason = "write_not_pod"
 	// ReasonDeleteNotPod: a DELETE by a caller that is neither a pod nor a
 	// privileged principal; a DELETE cannot carry a fence.
@@ -92,11 +100,12 @@ type Decision struct {
 	Audit bool
 	// StaleWrite is set for a denial of a stale or impostor holder pod that
 	// is persisted if allowed: the webhook records it as a StaleWriteRejected
-	// Event on the FencedLease. Callers that are not pods never produce one
-	// (their writes are denied before the FencedLease is read), and neither
-	// does a dry run.
+	// Event on the FencedLease (or the FencedShardSet). Callers that are not
+	// pods never produce one (their writes are denied before the grant is
+	// read), and neither does a dry run.
 	StaleWrite bool
-	// Lease is the name of the FencedLease that protects the object.
+	// Lease names what protects the object (Protector.String): the name of
+	// the FencedLease, or "<set>/<key>" for a shard of a FencedShardSet.
 	Lease string
 	// Fence is the fence presented by the write, 0 if none or malformed.
 	Fence int64

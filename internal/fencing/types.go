@@ -76,16 +76,22 @@ type Caller struct {
 // IsPod reports whether the caller is a pod with a bound token.
 func (c Caller) IsPod() bool { return c.PodUID != "" }
 
-// Lease is the grant of the FencedLease that protects an object, as the API
-// server holds it when the request is decided.
+// Lease is the grant of the FencedLease, or of the shard of a
+// FencedShardSet, that protects an object, as the API server holds it when
+// the request is decided.
 type Lease struct {
-	// Found is false when no FencedLease of that name exists in the namespace.
+	// Found is false when no FencedLease (or FencedShardSet) of that name
+	// exists in the namespace, or the set has no shard of the object's key
+	// (NoShard).
 	Found bool
+	// NoShard, with Found false, says that the FencedShardSet exists but
+	// the object's shard key is not one of its shards.
+	NoShard bool
 	// Fence is the fence of the last committed grant.
 	Fence int64
 	// Holder is the pod of that grant while it is held: nil when nobody holds
-	// the lease (no grant yet, or it was revoked, released, superseded by a
-	// grant not committed yet, or its Lease is gone).
+	// the lease or the shard (no grant yet, or it was revoked, released,
+	// superseded by a grant not committed yet, or its Lease is gone).
 	Holder *Holder
 }
 

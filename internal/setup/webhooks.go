@@ -131,6 +131,9 @@ var webhookRegistrars = []func(ctrl.Manager, *endpoint.Endpoint, WebhookOptions)
 			if _, err := mgr.GetCache().GetInformer(context.Background(), &fencingv1alpha1.FencedLease{}); err != nil {
 				return fmt.Errorf("get FencedLease informer for the fencing webhook: %w", err)
 			}
+			if _, err := mgr.GetCache().GetInformer(context.Background(), &fencingv1alpha1.FencedShardSet{}); err != nil {
+				return fmt.Errorf("get FencedShardSet informer for the fencing webhook: %w", err)
+			}
 			cache = o.WrapCache(mgr.GetClient())
 		}
 		resources, err := coverage.NewResources(mgr, o.FencingConfiguration)

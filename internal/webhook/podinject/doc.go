@@ -4,7 +4,8 @@
 // The operator publishes the token as pod annotations (fencedlease.io/fence,
 // fencedlease.io/role, fencedlease.io/lease). A workload reads them as files:
 // on pod CREATE, for pods labelled fencedlease.io/inject: "true", the webhook
-// adds a downward-API volume that projects the three annotations into
+// adds a downward-API volume that projects the three annotations (and a
+// FencedShardSet pod's fencedlease.io/shards, as the file shards) into
 // /etc/fencedlease, mounts it read-only in every container and init
 // container, and, when the FencedLease that selects the pod sets
 // spec.readinessGate, adds the readiness gate fencedlease.io/holder so that

@@ -42,7 +42,7 @@ func injected(gate bool, mutate func(*corev1.Pod)) *corev1.Pod {
 	})
 }
 
-func TestVolumeProjectsTheThreeAnnotations(t *testing.T) {
+func TestVolumeProjectsTheTokenAnnotations(t *testing.T) {
 	g := NewWithT(t)
 	v := Volume()
 	g.Expect(v.Name).To(Equal("fencedlease-token"))
@@ -52,6 +52,7 @@ func TestVolumeProjectsTheThreeAnnotations(t *testing.T) {
 		{Path: "fence", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations['fencedlease.io/fence']"}},
 		{Path: "lease", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations['fencedlease.io/lease']"}},
 		{Path: "role", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations['fencedlease.io/role']"}},
+		{Path: "shards", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations['fencedlease.io/shards']"}},
 	}))
 	g.Expect(Mount()).To(Equal(corev1.VolumeMount{Name: "fencedlease-token", MountPath: "/etc/fencedlease", ReadOnly: true}))
 	g.Expect(ReadinessGate()).To(Equal(corev1.PodReadinessGate{ConditionType: "fencedlease.io/holder"}))

@@ -23,6 +23,7 @@ var tokenVolume = corev1.Volume{
 			{Path: "fence", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations['fencedlease.io/fence']"}},
 			{Path: "lease", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations['fencedlease.io/lease']"}},
 			{Path: "role", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations['fencedlease.io/role']"}},
+			{Path: "shards", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations['fencedlease.io/shards']"}},
 		},
 		DefaultMode: ptr.To[int32](0o644),
 	}},

@@ -18,6 +18,24 @@ import (
 	"github.com/fencedlease/fencedlease/internal/record"
 )
 
+// grant returns the object that grants the protector of a request (its
+// FencedLease, or the FencedShardSet of its shard; nil when there is none)
+// and the protector's grant as the API server holds it now.
+func (h *Handler) grant(ctx context.Context, namespace string, p fencing.Protector) (client.Object, fencing.Lease, error) {
+	if p.Sharded {
+		set, g, err := h.shardGrant(ctx, namespace, p)
+		if set == nil {
+			return nil, g, err
+		}
+		return set, g, err
+	}
+	fl, g, err := h.currentGrant(ctx, namespace, p.Name)
+	if fl == nil {
+		return nil, g, err
+	}
+	return fl, g, err
+}
+
 // currentGrant returns the FencedLease that protects an object and its grant
 // as the API server holds it now. The FencedLease comes from the cache (it
 // says only that the FencedLease exists, and which one it is); the grant is

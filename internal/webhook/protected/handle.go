@@ -9,9 +9,9 @@ import (
 
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/coverage"
 	"github.com/fencedlease/fencedlease/internal/fencing"
 )
@@ -46,19 +46,20 @@ func (h *Handler) handle(ctx context.Context, req admission.Request, listed []co
 		log.Error(err, "Cannot read the admission request")
 		return admission.Errored(http.StatusBadRequest, err), resultError, reasonBadRequest
 	}
-	// Whatever needs no FencedLease is decided first: a caller that is not
-	// a pod never costs a read.
+	// Whatever needs no grant is decided first: a caller that is not a pod
+	// never costs a read.
 	d, final := fencing.Precheck(r, h.Principals)
-	var fl *fencingv1alpha1.FencedLease
+	p, _ := fencing.ProtectedBy(r)
+	var grantor client.Object
 	if !final {
 		var grant fencing.Lease
-		if fl, grant, err = h.currentGrant(ctx, r.Namespace, d.Lease); err != nil {
-			log.Error(err, "Cannot read the grant of the FencedLease")
+		if grantor, grant, err = h.grant(ctx, r.Namespace, p); err != nil {
+			log.Error(err, "Cannot read the grant", "kind", p.Kind(), "protector", p.String())
 			return admission.Errored(http.StatusInternalServerError, err), resultError, reasonReadError
 		}
 		d = fencing.Decide(r, grant, h.Principals)
 	}
-	h.report(ctx, r, d, fl)
+	h.report(ctx, r, d, p, grantor)
 	if !d.Allowed {
 		return admission.Denied(d.Message), resultDenied, string(d.Reason)
 	}
@@ -68,7 +69,7 @@ func (h *Handler) handle(ctx context.Context, req admission.Request, listed []co
 	}
 	resp := admission.Allowed("")
 	if d.Reason == fencing.ReasonBreakGlass {
-		note := fmt.Sprintf("recorded as an Event on FencedLease %q", d.Lease)
+		note := fmt.Sprintf("recorded as an Event on %s %q", p.Kind(), p.Name)
 		if r.DryRun {
 			note = "a dry run: nothing is recorded"
 		}

@@ -47,7 +47,7 @@ var labelSets = func() [][2]string {
 		out = append(out, [2]string{resultAllowed, string(r)})
 	}
 	for _, r := range []fencing.Reason{fencing.ReasonLabelChanged, fencing.ReasonSubresourceMetadata, fencing.ReasonOwnerUnprotected, fencing.ReasonInvalidLabel, fencing.ReasonMissingFence, fencing.ReasonMalformedFence,
-		fencing.ReasonObjectFenceRegression, fencing.ReasonStaleFence, fencing.ReasonUnknownFence, fencing.ReasonLeaseNotFound, fencing.ReasonNoHolder,
+		fencing.ReasonObjectFenceRegression, fencing.ReasonStaleFence, fencing.ReasonUnknownFence, fencing.ReasonLeaseNotFound, fencing.ReasonUnknownShard, fencing.ReasonNoHolder,
 		fencing.ReasonNotHolder, fencing.ReasonWriteNotPod, fencing.ReasonDeleteNotPod, fencing.ReasonDeleteOlderWrite} {
 		out = append(out, [2]string{resultDenied, string(r)})
 	}

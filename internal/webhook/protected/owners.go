@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
-	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/coverage"
 	"github.com/fencedlease/fencedlease/internal/fencing"
 )
@@ -41,12 +40,19 @@ func (h *Handler) readOwners(ctx context.Context, r *fencing.Request, listed []c
 
 func (h *Handler) readOwner(ctx context.Context, ns string, o fencing.OwnerRef, listed []coverage.Resource) (fencing.Owner, error) {
 	key := types.NamespacedName{Namespace: ns, Name: o.Name}
-	if o.IsFencedLease() {
+	switch {
+	case o.IsFencedLease():
 		fl, err := getFencedLease(ctx, h.APIReader, key)
 		if err != nil || fl == nil {
 			return fencing.Owner{}, err
 		}
 		return fencing.Owner{Found: fl.UID == o.UID}, nil
+	case o.IsFencedShardSet():
+		set, err := getFencedShardSet(ctx, h.APIReader, key)
+		if err != nil || set == nil {
+			return fencing.Owner{}, err
+		}
+		return fencing.Owner{Found: set.UID == o.UID}, nil
 	}
 	gv, err := schema.ParseGroupVersion(o.APIVersion)
 	if err != nil {
@@ -74,5 +80,6 @@ func (h *Handler) readOwner(ctx context.Context, ns string, o fencing.OwnerRef, 
 	case err != nil:
 		return fencing.Owner{}, err
 	}
-	return fencing.Owner{Listed: true, Found: obj.UID == o.UID, ProtectedBy: obj.Labels[fencingv1alpha1.LabelProtectedBy]}, nil
+	by, _ := fencing.ProtectorOf(obj.Labels)
+	return fencing.Owner{Listed: true, Found: obj.UID == o.UID, ProtectedBy: by}, nil
 }

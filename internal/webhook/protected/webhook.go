@@ -27,6 +27,7 @@ const Path = "/validate-fencedlease-protected"
 const recorderName = "fencedlease"
 
 // +kubebuilder:rbac:groups=fencing.fencedlease.io,resources=fencedleases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fencing.fencedlease.io,resources=fencedshardsets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Options configure the fencing webhook.
@@ -36,13 +37,15 @@ type Options struct {
 	OperatorUsers    []string
 	BreakGlassUsers  []string
 	BreakGlassGroups []string
-	// Cache reads FencedLeases: which one protects an object. Defaults to
-	// the manager's client, which reads from the informer cache. Tests
-	// inject a cache that lags on purpose.
+	// Cache reads FencedLeases and FencedShardSets: which one protects an
+	// object, and a set's shards. Defaults to the manager's client, which
+	// reads from the informer cache. Tests inject a cache that lags on
+	// purpose.
 	Cache client.Reader
-	// APIReader reads the grant, from the FencedLease's Lease, for every
-	// decision that needs it, and a FencedLease the cache does not have
-	// (yet). Defaults to the manager's API reader.
+	// APIReader reads the grant, from the Lease of the FencedLease or of
+	// the shard, for every decision that needs it, and a FencedLease or
+	// FencedShardSet the cache does not have (yet). Defaults to the
+	// manager's API reader.
 	APIReader client.Reader
 	// Endpoint serves the webhook under its secret path; required.
 	Endpoint *endpoint.Endpoint
@@ -82,10 +85,13 @@ func Add(mgr ctrl.Manager, o Options) error {
 func New(mgr ctrl.Manager, o Options) (*Handler, error) {
 	if o.Cache == nil {
 		o.Cache = mgr.GetClient()
-		// Start the FencedLease informer with the cache rather than on the
-		// first admission request.
+		// Start the informers with the cache rather than on the first
+		// admission request.
 		if _, err := mgr.GetCache().GetInformer(context.Background(), &fencingv1alpha1.FencedLease{}); err != nil {
 			return nil, fmt.Errorf("get FencedLease informer for the fencing webhook: %w", err)
+		}
+		if _, err := mgr.GetCache().GetInformer(context.Background(), &fencingv1alpha1.FencedShardSet{}); err != nil {
+			return nil, fmt.Errorf("get FencedShardSet informer for the fencing webhook: %w", err)
 		}
 	}
 	if o.APIReader == nil {
@@ -126,8 +132,9 @@ func NewHandler(o Options, recorder events.EventRecorder) *Handler {
 // Handler decides admission requests for protected objects.
 type Handler struct {
 	Principals fencing.Principals
-	// Cache and APIReader read FencedLeases and Leases, Resources lists the
-	// resources decided, Mapper names kinds: see Options.
+	// Cache and APIReader read FencedLeases, FencedShardSets and Leases,
+	// Resources lists the resources decided, Mapper names kinds: see
+	// Options.
 	Cache     client.Reader
 	APIReader client.Reader
 	Resources ResourceLister
@@ -135,7 +142,7 @@ type Handler struct {
 	// ScaleGuard guards objects whose scale writes are decided: see Options.
 	ScaleGuard ScaleGuard
 	// Recorder records StaleWriteRejected and BreakGlassWrite Events on the
-	// FencedLease.
+	// FencedLease, or on the FencedShardSet of a shard.
 	Recorder events.EventRecorder
 	metrics  *handlerMetrics
 }
