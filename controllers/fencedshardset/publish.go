@@ -40,7 +40,31 @@ func (r *Reconciler) publish(ctx context.Context, s *scope) error {
 		}
 		owned[pod.Name][key] = rec.Fence
 	}
+	// Shards are taken from the pods that lose them before any pod is
+	// given one: under Immediate a shard's old and new owner are written
+	// in the same reconcile, and no moment may show both as its owner.
 	var errs []error
+	for name, pod := range s.pods {
+		current, err := record.ParseShards(pod.Annotations[record.AnnotationShards])
+		if err != nil {
+			current = nil // what does not parse is replaced below
+		}
+		keep := map[string]int64{}
+		for key, fence := range current {
+			if owned[name][key] == fence {
+				keep[key] = fence
+			}
+		}
+		if len(keep) == len(current) {
+			continue
+		}
+		if err := r.writeShards(ctx, pod, s.set.Name, record.FormatShards(keep), labelled(s, name, keep)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return kerrors.NewAggregate(errs)
+	}
 	for name, pod := range s.pods {
 		if err := r.writeShards(ctx, pod, s.set.Name, record.FormatShards(owned[name]), labelled(s, name, owned[name])); err != nil {
 			errs = append(errs, err)
@@ -84,8 +108,12 @@ func (r *Reconciler) writeShards(ctx context.Context, pod *corev1.Pod, set, shar
 		delete(p.Labels, record.LabelShardSet)
 	}
 	err := r.Patch(ctx, p, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
-	if err != nil && !apierrors.IsNotFound(err) {
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
 		return fmt.Errorf("publish the shards of pod %s: %w", klog.KObj(pod), err)
 	}
+	*pod = *p // the next write of the pod goes on from this one
 	return nil
 }
