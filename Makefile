@@ -104,11 +104,16 @@ helm-lint: $(HELM) ## Lint the Helm chart with its defaults and with every optio
 .PHONY: test
 test: cluster-tools $(HELM) $(KWOK) $(VERSITYGW) postgres kubelet images verify vet lint ## Run every test: unit, integration, chaos, restore, end-to-end.
 	go test $(GO_TEST_FLAGS) ./...
+	go test $(GO_TEST_FLAGS) -race $(RACE_PACKAGES)
 	cd hack/rulecheck && FENCEDLEASE_HELM=$(HELM) go test $(GO_TEST_FLAGS) ./...
 	cd hack/tools/images && go test $(GO_TEST_FLAGS) ./...
 	$(MAKE) --no-print-directory chaos
 	$(MAKE) --no-print-directory test-restore
 	$(MAKE) --no-print-directory test-e2e
+
+# The packages whose concurrency the race detector checks again inside make
+# test: the shard controller writes many Leases at once.
+RACE_PACKAGES = ./controllers/fencedshardset/ ./internal/shard/ ./pkg/fence/
 
 SCALE_LEASES ?= 1000
 SCALE_STEADY ?= 10m

@@ -3,6 +3,7 @@ package fencedshardset
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -30,10 +31,11 @@ type move struct {
 // it, and comes back.
 func (r *Reconciler) writeGrants(ctx context.Context, s *scope) error {
 	var (
-		mu    sync.Mutex
-		errs  []error
-		moves []move
-		wg    sync.WaitGroup
+		mu      sync.Mutex
+		errs    []error
+		moves   []move
+		written = map[string]*coordinationv1.Lease{}
+		wg      sync.WaitGroup
 	)
 	slots := make(chan struct{}, r.Writers)
 	for _, key := range s.keys {
@@ -59,7 +61,7 @@ func (r *Reconciler) writeGrants(ctx context.Context, s *scope) error {
 			mu.Lock()
 			defer mu.Unlock()
 			if after != nil {
-				s.leases[key] = after
+				written[key] = after // s.leases is read by the loop: applied after it
 			}
 			if m != nil {
 				moves = append(moves, *m)
@@ -70,6 +72,7 @@ func (r *Reconciler) writeGrants(ctx context.Context, s *scope) error {
 		})
 	}
 	wg.Wait()
+	maps.Copy(s.leases, written)
 	s.moved += len(moves)
 	r.recordMoves(s, moves)
 	if s.set.Spec.Takeover != fencingv1alpha1.TakeoverImmediate {
