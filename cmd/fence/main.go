@@ -35,6 +35,12 @@ const usage = `Usage:
       stops it by its own deadline, whatever the files and the API server
       say: SIGTERM ahead of it, SIGKILL at it, whatever the grace period. When CMD exits, or fence run is told to stop, it releases the
       grant so that the next holder need not wait for it to expire.
+  fence shards [--dir D] [--grace-period 10s] [--poll-interval 5s] -- CMD [ARG...]
+      On a FencedShardSet's pod: run one CMD per shard this pod owns, with
+      FENCE_SHARD (the shard's key) and FENCE_TOKEN (its fence). A CMD is
+      stopped (SIGTERM, then SIGKILL after the grace period) as soon as its
+      shard leaves the pod or its fence changes; a shard granted again
+      starts a new CMD with the new fence. SIGTERM stops every CMD.
   fence token [--dir D]
       Print the fencing token. Exit 0 on the holder, 1 on a standby, 2 when
       the token files are absent or malformed.
@@ -68,6 +74,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		code, err = runCommand(args[1:], stderr)
 	case "token":
 		code, err = tokenCommand(args[1:], stdout, stderr)
+	case "shards":
+		code, err = shardsCommand(args[1:], stderr)
 	case "version":
 		fmt.Fprintln(stdout, "fence", version)
 	case "help", "-h", "--help", "-help":

@@ -168,17 +168,20 @@ func (w *ShardWatcher) offer(shards Shards) {
 // ShardContexts runs, for every shard the pod owns, a context that is
 // cancelled with ErrLost as soon as the shard leaves the pod's set or its
 // fence changes: start work on a shard with its context and fence, and
-// stop when the context ends. start is called once per shard grant; it
-// returns when ctx ends or the watcher is closed.
+// stop when the context ends. start is called once per shard grant, each
+// in a goroutine of its own. ShardContexts returns when ctx ends or the
+// watcher is closed, once every start it called has returned.
 func (w *ShardWatcher) ShardContexts(ctx context.Context, start func(ctx context.Context, key string, fence int64)) error {
 	running := map[string]struct {
 		fence  int64
 		cancel context.CancelCauseFunc
 	}{}
+	var wg sync.WaitGroup
 	defer func() {
 		for _, r := range running {
 			r.cancel(ErrClosed)
 		}
+		wg.Wait()
 	}()
 	for {
 		var shards Shards
@@ -204,7 +207,7 @@ func (w *ShardWatcher) ShardContexts(ctx context.Context, start func(ctx context
 				fence  int64
 				cancel context.CancelCauseFunc
 			}{fence, cancel}
-			go start(sctx, key, fence)
+			wg.Go(func() { start(sctx, key, fence) })
 		}
 	}
 }

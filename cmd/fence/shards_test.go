@@ -1,0 +1,73 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/fencedlease/fencedlease/test/harness"
+)
+
+// shardScript logs "start KEY FENCE PID" and, on SIGTERM, "stop KEY FENCE".
+const shardScript = `echo "start $FENCE_SHARD $FENCE_TOKEN $$" >> "$LOG"
+trap 'echo "stop $FENCE_SHARD $FENCE_TOKEN" >> "$LOG"; exit 0' TERM
+while :; do sleep 1 & wait $!; done`
+
+// One command per shard: a shard that leaves, or comes back with another
+// fence, stops its command; a new one starts its own; the others run on.
+func TestShardsRunOneCommandPerShard(t *testing.T) {
+	g := NewWithT(t)
+	k := newKubelet(t)
+	write := func(v string) { g.Expect(k.Write(map[string]string{"shards": v})).To(Succeed()) }
+	write(`{"a":"10","b":"11"}`)
+	log := filepath.Join(t.TempDir(), "shards.log")
+	cmd := exec.Command(fenceBin, "shards", "--dir", k.Dir(), "--grace-period", "500ms", "--poll-interval", "100ms", "--", "/bin/sh", "-c", shardScript)
+	cmd.Env = append(os.Environ(), "LOG="+log)
+	out := &harness.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	g.Expect(cmd.Start()).To(Succeed())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	lines := func() []string {
+		b, _ := os.ReadFile(log)
+		var out []string
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if f := strings.Fields(l); len(f) >= 3 {
+				out = append(out, f[0]+" "+f[1]+" "+f[2])
+			}
+		}
+		return out
+	}
+	g.Eventually(lines).WithTimeout(10 * time.Second).Should(ConsistOf("start a 10", "start b 11"))
+
+	write(`{"a":"10","b":"12","c":"13"}`)
+	g.Eventually(lines).WithTimeout(10*time.Second).Should(ConsistOf("start a 10", "start b 11", "stop b 11", "start b 12", "start c 13"), out.String())
+
+	write(`{"c":"13"}`)
+	g.Eventually(lines).WithTimeout(10*time.Second).Should(ContainElements("stop a 10", "stop b 12"), out.String())
+	g.Consistently(lines).WithTimeout(500 * time.Millisecond).ShouldNot(ContainElement("stop c 13"))
+
+	g.Expect(cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
+	g.Eventually(exited).WithTimeout(10 * time.Second).Should(BeClosed())
+	g.Expect(cmd.ProcessState.ExitCode()).To(BeZero())
+	g.Expect(lines()).To(ContainElement("stop c 13"))
+	g.Expect(lines()).To(HaveLen(8)) // four starts, four stops: nothing ran twice
+}
+
+// Without the shards file there is nothing to run: fence shards says why.
+func TestShardsNeedTheFile(t *testing.T) {
+	g := NewWithT(t)
+	cmd := exec.Command(fenceBin, "shards", "--dir", t.TempDir(), "--", "true")
+	out, err := cmd.CombinedOutput()
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(cmd.ProcessState.ExitCode()).To(Equal(exitFailure))
+	g.Expect(string(out)).To(ContainSubstring("token files absent"))
+}
