@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -67,7 +68,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			retErr = err
 		}
 	}()
-	for _, step := range []func(context.Context, *scope) error{r.readInputs, r.writeGrants, r.publish} {
+	for _, step := range []func(context.Context, *scope) error{r.readInputs, r.writeGrants, r.publish, r.deleteOrphans} {
 		if err := step(ctx, s); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -100,6 +101,22 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, set *fencingv1alpha1.F
 		return fmt.Errorf("remove the finalizer of FencedShardSet %s: %w", client.ObjectKeyFromObject(set), err)
 	}
 	return nil
+}
+
+// deleteOrphans deletes the Leases of shards the set no longer has (its
+// spec shrank), after the pods were told they own none of them: each
+// delete is preconditioned on the Lease as read, so a Lease written since
+// stays for the next reconcile to judge. A shard the set has again later
+// gets a new Lease, whose fence is above every fence the old one had.
+func (r *Reconciler) deleteOrphans(ctx context.Context, s *scope) error {
+	var errs []error
+	for _, l := range s.orphans {
+		pre := client.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion}
+		if err := r.Delete(ctx, l, pre); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete Lease %s of a shard FencedShardSet %s no longer has: %w", client.ObjectKeyFromObject(l), client.ObjectKeyFromObject(s.set), err))
+		}
+	}
+	return kerrors.NewAggregate(errs)
 }
 
 // SetupWithManager registers the controller: a set is reconciled when it

@@ -42,8 +42,9 @@ type scope struct {
 	// invalid, when set, is why the set cannot be acted on (Degraded).
 	invalid, invalidReason string
 	// conflicts are the Leases of the shards' names that the set does not
-	// control.
+	// control; orphans the set's Leases of shards it no longer has.
 	conflicts map[string]string
+	orphans   []*coordinationv1.Lease
 	// wait is the soonest time a shard's Safe wait ends; moved counts the
 	// shards granted to a new owner in this reconcile.
 	wait  time.Time
@@ -213,10 +214,15 @@ func (r *Reconciler) readLeases(ctx context.Context, s *scope) error {
 	for i := range list.Items {
 		l := &list.Items[i]
 		key := l.Labels[record.LabelShard]
-		if !wanted[l.Name] || l.Name != record.ShardLeaseName(s.set.Name, key) {
+		controlled := metav1.IsControlledBy(l, s.set)
+		inSet := wanted[l.Name] && l.Name == record.ShardLeaseName(s.set.Name, key)
+		switch {
+		case controlled && !inSet:
+			s.orphans = append(s.orphans, l)
 			continue
-		}
-		if !metav1.IsControlledBy(l, s.set) {
+		case !inSet:
+			continue
+		case !controlled:
 			s.conflicts[key] = l.Name
 			continue
 		}

@@ -209,3 +209,39 @@ func TestInvalidSetsAreRefused(t *testing.T) {
 		})
 	}
 }
+
+// A set that shrinks takes the shards it no longer has from the pods, then
+// deletes their Leases; of the shards it keeps, at most the one that
+// restores balance moves.
+func TestShrunkSetLetsItsOldShardsGo(t *testing.T) {
+	f := newFixture(t)
+	f.readyPod("a")
+	f.readyPod("b")
+	set := f.shardSet("work", func(s *fencingv1alpha1.FencedShardSet) { s.Spec.Shards = 4 })
+	var before map[string]int64
+	f.g.Eventually(func(g Gomega) {
+		_, fences := f.owners(g, "work")
+		g.Expect(fences).To(HaveLen(4))
+		before = fences
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	f.g.Expect(f.c.Get(f.ctx, client.ObjectKeyFromObject(set), set)).To(Succeed())
+	base := set.DeepCopy()
+	set.Spec.Shards = 2
+	f.g.Expect(f.c.Patch(f.ctx, set, client.MergeFrom(base))).To(Succeed())
+	f.g.Eventually(func(g Gomega) {
+		byPod, fences := f.owners(g, "work")
+		g.Expect(fences).To(HaveLen(2))
+		g.Expect(fences).To(HaveKey("0"))
+		g.Expect(fences).To(HaveKey("1"))
+		g.Expect(counts(byPod)).To(Equal(map[string]int{"a": 1, "b": 1}))
+		if fences["0"] != before["0"] {
+			g.Expect(fences["1"]).To(Equal(before["1"]), "both kept shards moved")
+		}
+		for _, key := range []string{"2", "3"} {
+			err := f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: record.ShardLeaseName("work", key)}, &coordinationv1.Lease{})
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(client.IgnoreNotFound(err)).To(Succeed())
+		}
+		g.Expect(f.get("work").Status.Shards).To(Equal(int32(2)))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+}
