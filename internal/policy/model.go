@@ -72,7 +72,8 @@ func Allows(p Principals, r Request) bool {
 		if r.Operation == Delete {
 			return true
 		}
-		return operator || (len(changedAnnotations(r.Old, r.New)) == 0 && !leaseLabelChanged(r.Old, r.New))
+		return operator || (len(changedAnnotations(r.Old, r.New)) == 0 && !labelChanged(r.Old, r.New, fencingv1alpha1.LabelLease) &&
+			!labelChanged(r.Old, r.New, fencingv1alpha1.LabelShardSet))
 	case FencedLeasesStatus:
 		return r.Operation != Update || operator
 	case Leases:
@@ -173,9 +174,10 @@ func changedAnnotations(old, obj metav1.Object) []string {
 	return out
 }
 
-func leaseLabelChanged(old, obj metav1.Object) bool {
-	o, had := labelsOf(old)[fencingv1alpha1.LabelLease]
-	n, has := labelsOf(obj)[fencingv1alpha1.LabelLease]
+// labelChanged: a request sets, changes or removes the label key.
+func labelChanged(old, obj metav1.Object, key string) bool {
+	o, had := labelsOf(old)[key]
+	n, has := labelsOf(obj)[key]
 	return had != has || o != n
 }
 
