@@ -141,11 +141,38 @@ func (s *shardDemo) namespace() error {
 	return nil
 }
 
+// shardContainer runs fence shards: one command per shard the pod owns, as
+// the kubelet projects them into /etc/fencedlease/shards, stopped when the
+// shard goes.
+const shardContainer = "worker"
+
+const shardWorkScript = `exec /fence shards --grace-period 2s --poll-interval 1s -- /bin/sh -c '` +
+	`echo "shard $FENCE_SHARD: working with fence $FENCE_TOKEN"; trap "exit 0" TERM; while :; do sleep 1; done'`
+
+// workerSays waits until the pod's worker has written want.
+func (s *shardDemo) workerSays(pod *corev1.Pod, want string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		log, err := s.cl.ContainerLog(pod.Spec.NodeName, pod, shardContainer)
+		if err == nil && strings.Contains(log, want) {
+			s.say("%s's worker: %q", pod.Name, want)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("the worker of pod %s did not write %q in %s: %w", pod.Name, want, timeout, err)
+			}
+			return fmt.Errorf("the worker of pod %s did not write %q in %s (its last line: %q)", pod.Name, want, timeout, lastLine(log))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func shardDeployment(ns, version string) *appsv1.Deployment {
 	spec := corev1.PodSpec{
 		TerminationGracePeriodSeconds: ptr.To[int64](2),
-		Containers: []corev1.Container{{Name: "worker", Image: "fencedlease.local/workload:dev", ImagePullPolicy: corev1.PullNever,
-			Command: []string{"/bin/sh", "-c", `trap "exit 0" TERM; while :; do sleep 1; done`}}},
+		Containers: []corev1.Container{{Name: shardContainer, Image: "fencedlease.local/workload:dev", ImagePullPolicy: corev1.PullNever,
+			Command: []string{"/bin/sh", "-c", shardWorkScript}}},
 	}
 	cluster.OnRealNode(&spec)
 	spec.HostNetwork = false
@@ -312,6 +339,14 @@ func (s *shardDemo) firstWrites() error {
 			return err
 		}
 	}
+	s.step("In each pod, fence shards runs one worker per shard, from the file the kubelet projects")
+	explain("The kubelet updates /etc/fencedlease/shards from the pod's annotation at its next sync of the pod (up to a minute).")
+	for i := range pods {
+		key, fence := s.aShardOf(pods[i].Name)
+		if err := s.workerSays(&pods[i], fmt.Sprintf("shard %s: working with fence %d", key, fence), 3*time.Minute); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -459,6 +494,10 @@ func (s *shardDemo) pauseNode() error {
 	if _, err := s.waitNode(node, true, 2*time.Minute); err != nil {
 		return err
 	}
+	if err := s.workerSays(&paused, fmt.Sprintf("shard %s: fence %d lost, stopped", key, fence), 3*time.Minute); err != nil {
+		return err
+	}
+	explain("Its kubelet rewrote its shards file: fence shards stopped the worker of each shard it had lost.")
 	if err := s.settled(3, 2*time.Minute); err != nil {
 		return err
 	}
