@@ -19,11 +19,12 @@ func fl(ns, name string, gate bool, sel metav1.LabelSelector) fencingv1alpha1.Fe
 
 func TestDecide(t *testing.T) {
 	dbSel := metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}
-	notSelected := `pod "ns/db-0" has label fencedlease.io/inject=true but no FencedLease in namespace "ns" selects it: no token files are mounted`
+	notSelected := `pod "ns/db-0" has label fencedlease.io/inject=true but no FencedLease or FencedShardSet in namespace "ns" selects it: no token files are mounted`
 	tests := []struct {
 		name string
 		pod  *corev1.Pod
 		fls  []fencingv1alpha1.FencedLease
+		sets []fencingv1alpha1.FencedShardSet
 		want Decision
 	}{{
 		name: "no FencedLease at all",
@@ -67,7 +68,7 @@ func TestDecide(t *testing.T) {
 	}, {
 		name: "the warning names a pod that has only a generateName",
 		pod:  pod(func(p *corev1.Pod) { p.Name, p.GenerateName = "", "db-7d4b9c-" }),
-		want: Decision{Warnings: []string{`pod with generateName "db-7d4b9c-" in namespace "ns" has label fencedlease.io/inject=true but no FencedLease in namespace "ns" selects it: no token files are mounted`}},
+		want: Decision{Warnings: []string{`pod with generateName "db-7d4b9c-" in namespace "ns" has label fencedlease.io/inject=true but no FencedLease or FencedShardSet in namespace "ns" selects it: no token files are mounted`}},
 	}, {
 		name: "selected twice: warned, gate if any asks",
 		pod:  pod(nil),
@@ -77,11 +78,33 @@ func TestDecide(t *testing.T) {
 			ReadinessGate: true,
 			Warnings:      []string{`pod "ns/db-0" is selected by several FencedLeases (a-db, z-db): none of them will grant it the lease`},
 		},
+	}, {
+		name: "selected by a FencedShardSet: the token files, no gate",
+		pod:  pod(nil),
+		sets: []fencingv1alpha1.FencedShardSet{set("ns", "work", dbSel), set("other", "work", dbSel)},
+		want: Decision{Sets: []string{"work"}},
+	}, {
+		name: "selected by two FencedShardSets: warned",
+		pod:  pod(nil),
+		sets: []fencingv1alpha1.FencedShardSet{set("ns", "b", dbSel), set("ns", "a", dbSel)},
+		want: Decision{Sets: []string{"a", "b"}, Warnings: []string{`pod "ns/db-0" is selected by several FencedShardSets (a, b): none of them will give it shards`}},
+	}, {
+		name: "a FencedShardSet whose selector does not match",
+		pod:  pod(nil),
+		sets: []fencingv1alpha1.FencedShardSet{set("ns", "web", metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}})},
+		want: Decision{Warnings: []string{notSelected}},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			g.Expect(Decide(tt.pod, tt.fls)).To(Equal(tt.want))
+			d := Decide(tt.pod, tt.fls, tt.sets)
+			g.Expect(d).To(Equal(tt.want))
+			g.Expect(d.Injects()).To(Equal(len(tt.want.Selected)+len(tt.want.Sets) > 0))
 		})
 	}
+}
+
+func set(ns, name string, sel metav1.LabelSelector) fencingv1alpha1.FencedShardSet {
+	return fencingv1alpha1.FencedShardSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: fencingv1alpha1.FencedShardSetSpec{Selector: sel, Shards: 4}}
 }

@@ -62,8 +62,8 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		log.Error(err, "Cannot decide what to inject")
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	if len(d.Selected) == 0 {
-		log.V(4).Info("No FencedLease selects the pod, admitting it unchanged")
+	if !d.Injects() {
+		log.V(4).Info("No FencedLease or FencedShardSet selects the pod, admitting it unchanged")
 		return admission.Allowed("").WithWarnings(d.Warnings...)
 	}
 
@@ -89,23 +89,29 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encode injected pod: %w", err))
 	}
-	log.V(4).Info("Injecting token files", "fencedLeases", d.Selected, "readinessGate", d.ReadinessGate)
+	log.V(4).Info("Injecting token files", "fencedLeases", d.Selected, "fencedShardSets", d.Sets, "readinessGate", d.ReadinessGate)
 	return admission.PatchResponseFromRaw(before, after).WithWarnings(d.Warnings...)
 }
 
-// decide lists the FencedLeases of the pod's namespace and decides. When the
-// cache knows none that selects the pod, the API server is asked.
+// decide lists the FencedLeases and FencedShardSets of the pod's namespace
+// and decides. When the cache knows none that selects the pod, the API
+// server is asked.
 func (h *Handler) decide(ctx context.Context, pod *corev1.Pod) (Decision, error) {
-	var list fencingv1alpha1.FencedLeaseList
-	if err := h.Reader.List(ctx, &list, client.InNamespace(pod.Namespace)); err != nil {
+	d, err := decideFrom(ctx, h.Reader, pod)
+	if err != nil || d.Injects() || h.LiveReader == nil {
+		return d, err
+	}
+	return decideFrom(ctx, h.LiveReader, pod)
+}
+
+func decideFrom(ctx context.Context, r client.Reader, pod *corev1.Pod) (Decision, error) {
+	var fls fencingv1alpha1.FencedLeaseList
+	if err := r.List(ctx, &fls, client.InNamespace(pod.Namespace)); err != nil {
 		return Decision{}, fmt.Errorf("list FencedLeases in namespace %s: %w", pod.Namespace, err)
 	}
-	d := Decide(pod, list.Items)
-	if len(d.Selected) > 0 || h.LiveReader == nil {
-		return d, nil
+	var sets fencingv1alpha1.FencedShardSetList
+	if err := r.List(ctx, &sets, client.InNamespace(pod.Namespace)); err != nil {
+		return Decision{}, fmt.Errorf("list FencedShardSets in namespace %s: %w", pod.Namespace, err)
 	}
-	if err := h.LiveReader.List(ctx, &list, client.InNamespace(pod.Namespace)); err != nil {
-		return Decision{}, fmt.Errorf("list FencedLeases in namespace %s from the API server: %w", pod.Namespace, err)
-	}
-	return Decide(pod, list.Items), nil
+	return Decide(pod, fls.Items, sets.Items), nil
 }

@@ -95,7 +95,7 @@ func TestHandler(t *testing.T) {
 		live:         reader(),
 		pod:          pod(nil),
 		wantAllowed:  true,
-		wantWarnings: []string{`pod "ns/db-0" has label fencedlease.io/inject=true but no FencedLease in namespace "ns" selects it: no token files are mounted`},
+		wantWarnings: []string{`pod "ns/db-0" has label fencedlease.io/inject=true but no FencedLease or FencedShardSet in namespace "ns" selects it: no token files are mounted`},
 	}, {
 		name:        "unlabelled pod (objectSelector misconfigured): allowed unchanged, FencedLeases not read",
 		cache:       failing,

@@ -19,6 +19,7 @@ import (
 const Path = "/mutate-fencedlease-pod"
 
 // +kubebuilder:rbac:groups=fencing.fencedlease.io,resources=fencedleases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fencing.fencedlease.io,resources=fencedshardsets,verbs=get;list;watch
 
 // Add registers the pod webhook with the manager's webhook server, under the
 // endpoint's secret path. It also

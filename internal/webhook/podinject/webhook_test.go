@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -118,7 +119,7 @@ func TestPodNotSelectedIsAdmittedUnchangedWithWarning(t *testing.T) {
 	pod, err := f.createPod("a", injectLabels(), nil)
 	f.g.Expect(err).NotTo(HaveOccurred())
 	f.g.Expect(f.w.take()).To(Equal([]string{
-		`pod "` + f.ns + `/a" has label fencedlease.io/inject=true but no FencedLease in namespace "` + f.ns + `" selects it: no token files are mounted`,
+		`pod "` + f.ns + `/a" has label fencedlease.io/inject=true but no FencedLease or FencedShardSet in namespace "` + f.ns + `" selects it: no token files are mounted`,
 	}))
 	f.g.Expect(pod.Spec.Volumes).To(BeEmpty())
 	f.g.Expect(mounts(pod)).To(Equal(map[string][]corev1.VolumeMount{"init": nil, "app": nil, "helper": nil}))
@@ -128,7 +129,7 @@ func TestPodNotSelectedIsAdmittedUnchangedWithWarning(t *testing.T) {
 	_, err = f.createPod("", injectLabels(), func(p *corev1.Pod) { p.GenerateName = "db-7d4b9c-" })
 	f.g.Expect(err).NotTo(HaveOccurred())
 	f.g.Expect(f.w.take()).To(Equal([]string{
-		`pod with generateName "db-7d4b9c-" in namespace "` + f.ns + `" has label fencedlease.io/inject=true but no FencedLease in namespace "` + f.ns + `" selects it: no token files are mounted`,
+		`pod with generateName "db-7d4b9c-" in namespace "` + f.ns + `" has label fencedlease.io/inject=true but no FencedLease or FencedShardSet in namespace "` + f.ns + `" selects it: no token files are mounted`,
 	}))
 }
 
@@ -234,4 +235,20 @@ func TestContainerAddedByALaterWebhookGetsTheMount(t *testing.T) {
 		"init": {tokenMount}, "app": {tokenMount}, "helper": {tokenMount}, "sidecar": {tokenMount},
 	}))
 	f.g.Expect(pod.Spec.ReadinessGates).To(Equal([]corev1.PodReadinessGate{{ConditionType: "fencedlease.io/holder"}}))
+}
+
+// A pod that a FencedShardSet selects gets the token files, the shards file
+// among them, and no readiness gate.
+func TestShardSetPodGetsTokenFiles(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	set := &fencingv1alpha1.FencedShardSet{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "work"},
+		Spec: fencingv1alpha1.FencedShardSetSpec{Selector: metav1.LabelSelector{MatchLabels: appLabels}, Shards: 4}}
+	f.g.Expect(f.c.Create(f.ctx, set)).To(Succeed())
+	pod, err := f.createPod("a", injectLabels(), nil)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	f.g.Expect(pod.Spec.Volumes).To(Equal([]corev1.Volume{tokenVolume}))
+	f.g.Expect(tokenVolume.DownwardAPI.Items).To(ContainElement(HaveField("Path", "shards")))
+	f.g.Expect(mounts(pod)).To(Equal(map[string][]corev1.VolumeMount{"init": {tokenMount}, "app": {tokenMount}, "helper": {tokenMount}}))
+	f.g.Expect(pod.Spec.ReadinessGates).To(BeEmpty())
 }
