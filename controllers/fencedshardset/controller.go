@@ -16,10 +16,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/holder"
 )
 
 // Name is the controller's name, in logs, metrics and Events.
@@ -137,6 +141,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&coordinationv1.Lease{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.setsForPod)).
 		Watches(&fencingv1alpha1.FencedShardSet{}, handler.EnqueueRequestsFromMapFunc(r.otherSets)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allSets), builder.WithPredicates(nodeHealthChanged())).
 		Named(Name).
 		Complete(r)
 }
@@ -175,6 +180,31 @@ func (r *Reconciler) otherSets(ctx context.Context, o client.Object) []reconcile
 		}
 	}
 	return out
+}
+
+// allSets maps a node whose health changed to every set: a pod on a node
+// that is lost, or found again, changes eligibility without a change of
+// the pod itself. Node health changes are rare.
+func (r *Reconciler) allSets(ctx context.Context, _ client.Object) []reconcile.Request {
+	sets := &fencingv1alpha1.FencedShardSetList{}
+	if err := r.List(ctx, sets); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "List FencedShardSets for a node")
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(sets.Items))
+	for i := range sets.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&sets.Items[i])})
+	}
+	return out
+}
+
+// nodeHealthChanged lets through the node updates that change whether
+// the node is lost (holder.NodeLost), and every create and delete.
+func nodeHealthChanged() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
+		return holder.NodeLost(o.Name, o) != holder.NodeLost(n.Name, n)
+	}}
 }
 
 // leaseDuration is the set's lease duration.

@@ -245,3 +245,30 @@ func TestShrunkSetLetsItsOldShardsGo(t *testing.T) {
 		g.Expect(f.get("work").Status.Shards).To(Equal(int32(2)))
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 }
+
+// A pod whose node is lost gives its shards up; when the node is found
+// again (the pod itself unchanged) the pod takes its share back.
+func TestPodOfARecoveredNodeTakesItsShareBack(t *testing.T) {
+	f := newFixture(t)
+	node := "node-" + f.ns
+	for _, name := range []string{"a", "b"} {
+		pod, err := testenv.CreatePod(f.ctx, f.c, testenv.Pod{Namespace: f.ns, Name: name, Labels: workers, Node: map[string]string{"a": node, "b": "node-1"}[name]})
+		f.g.Expect(err).NotTo(HaveOccurred())
+		f.g.Expect(testenv.SetReady(f.ctx, f.c, pod, time.Now().Add(-time.Minute).Truncate(time.Second))).To(Succeed())
+	}
+	f.shardSet("work", func(s *fencingv1alpha1.FencedShardSet) { s.Spec.Shards = 4 })
+	f.g.Eventually(func(g Gomega) {
+		byPod, _ := f.owners(g, "work")
+		g.Expect(counts(byPod)).To(Equal(map[string]int{"a": 2, "b": 2}))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	f.g.Expect(testenv.SetNodeLost(f.ctx, f.c, node)).To(Succeed())
+	f.g.Eventually(func(g Gomega) {
+		byPod, _ := f.owners(g, "work")
+		g.Expect(counts(byPod)).To(Equal(map[string]int{"b": 4}))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	f.g.Expect(testenv.SetNodeReady(f.ctx, f.c, node)).To(Succeed())
+	f.g.Eventually(func(g Gomega) {
+		byPod, _ := f.owners(g, "work")
+		g.Expect(counts(byPod)).To(Equal(map[string]int{"a": 2, "b": 2}))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+}
