@@ -132,7 +132,7 @@ func TestRacingReplicasKeepOneOwnerPerShard(t *testing.T) {
 	}).WithTimeout(time.Minute).WithPolling(poll).Should(Succeed())
 	f.g.Expect(leases.violations()).To(BeEmpty())
 	t.Logf("replies lost: %d and %d; grants committed: %d", lost[0].Load(), lost[1].Load(), leases.commits())
-	f.g.Expect(lost[0].Load() + lost[1].Load()).To(BeNumerically(">", 0), "no reply was lost: the test tested nothing of it")
+	f.g.Expect(lost[0].Load()+lost[1].Load()).To(BeNumerically(">", 0), "no reply was lost: the test tested nothing of it")
 }
 
 // leaseFences follows the shards' Leases and checks that every committed
