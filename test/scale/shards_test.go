@@ -36,8 +36,8 @@ type shardResult struct {
 	// window, per second.
 	SteadyWritesPerSecond float64
 	// SteadyWrites are the steady window's writes by verb and resource.
-	SteadyWrites map[string]float64
-	SteadySeconds         float64
+	SteadyWrites  map[string]float64
+	SteadySeconds float64
 	// OperatorRSSMiB is the operator's resident memory after the cold start.
 	OperatorRSSMiB float64
 	// PodLostSeconds: from a pod's deletion until its shards are owned
