@@ -63,8 +63,10 @@ type FencedShardSetSpec struct {
 	JoinDelaySeconds *int32 `json:"joinDelaySeconds,omitempty"`
 
 	// MaxMovesPerInterval caps the shards taken from live owners in one
-	// rebalance; the next rebalance follows a lease duration later. 0: no
-	// cap. Shards without a live owner are always placed.
+	// plan; a plan cut short is made again a lease duration later, or
+	// sooner when the set's pods or Leases change (the cap bounds each
+	// plan, not the moves per interval). 0: no cap. Shards without a live
+	// owner are always placed.
 	// +kubebuilder:default=100
 	// +kubebuilder:validation:Minimum=0
 	MaxMovesPerInterval *int32 `json:"maxMovesPerInterval,omitempty"`

@@ -56,6 +56,18 @@ const (
 	// grant is committed, and is removed once it is revoked.
 	AnnotationShards = Prefix + "shards"
 
+	// AnnotationShardsMark, on a FencedShardSet's candidate pod, changes
+	// every time the operator marks the pod: once a shard it owned has
+	// moved on, before the shard is published to its new owner, so that a
+	// publication of the older grant still in flight (a paused operator
+	// replica) fails its optimistic lock.
+	AnnotationShardsMark = Prefix + "shards-mark"
+
+	// LeaseAnnotationPreviousHolder, on a shard's Lease, names the pod
+	// ("<name>/<uid>") whose committed grant the current grant replaced:
+	// the pod the operator marks before it publishes the shard again.
+	LeaseAnnotationPreviousHolder = Prefix + "previous-holder"
+
 	// FieldManagerFence marks the fence that a write to a subresource of a
 	// protected object (status, scale) carries in its field manager: a
 	// subresource write cannot change the object's metadata, so it cannot

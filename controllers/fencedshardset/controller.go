@@ -13,6 +13,7 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +25,7 @@ import (
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	"github.com/fencedlease/fencedlease/internal/holder"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // Name is the controller's name, in logs, metrics and Events.
@@ -72,7 +74,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			retErr = err
 		}
 	}()
-	for _, step := range []func(context.Context, *scope) error{r.readInputs, r.writeGrants, r.publish, r.deleteOrphans} {
+	for _, step := range []func(context.Context, *scope) error{r.readInputs, r.writeGrants, r.deleteOrphans, r.publish} {
 		if err := step(ctx, s); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -83,41 +85,68 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	return s.result(), nil
 }
 
-// reconcileDelete takes every shard from the pods' annotations, so that no
-// pod goes on believing it owns a shard of a set that is gone, and then
-// lets the set go; the Leases go with it (their owner).
+// reconcileDelete ends every grant of the set and takes every shard from
+// its pods, so that no pod goes on believing it owns a shard of a set that
+// is gone; then it lets the set go. The Leases are deleted first, each on
+// the version read; then every pod the set published to, and every pod a
+// deleted Lease named, is written (read from the API server, marked), so
+// that a publication still in flight from a paused replica fails.
 func (r *Reconciler) reconcileDelete(ctx context.Context, set *fencingv1alpha1.FencedShardSet) error {
 	if !controllerutil.ContainsFinalizer(set, fencingv1alpha1.Finalizer) {
 		return nil
 	}
-	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.InNamespace(set.Namespace), client.MatchingLabels{fencingv1alpha1.LabelShardSet: set.Name}); err != nil {
-		return fmt.Errorf("list the pods of FencedShardSet %s: %w", client.ObjectKeyFromObject(set), err)
+	key := client.ObjectKeyFromObject(set)
+	leases := &coordinationv1.LeaseList{}
+	if err := r.APIReader.List(ctx, leases, client.InNamespace(set.Namespace), client.MatchingLabels{record.LabelShardSet: set.Name}); err != nil {
+		return fmt.Errorf("list the Leases of FencedShardSet %s: %w", key, err)
 	}
-	for i := range pods.Items {
-		if err := r.writeShards(ctx, &pods.Items[i], set.Name, "", false); err != nil {
-			return err
+	s := &scope{set: set, marks: map[string]string{}}
+	for i := range leases.Items {
+		if metav1.IsControlledBy(&leases.Items[i], set) {
+			s.orphans = append(s.orphans, &leases.Items[i])
 		}
+	}
+	if err := r.deleteOrphans(ctx, s); err != nil {
+		return err
+	}
+	pods := &corev1.PodList{}
+	if err := r.APIReader.List(ctx, pods, client.InNamespace(set.Namespace), client.MatchingLabels{record.LabelShardSet: set.Name}); err != nil {
+		return fmt.Errorf("list the pods of FencedShardSet %s: %w", key, err)
+	}
+	s.pods = map[string]*corev1.Pod{}
+	for i := range pods.Items {
+		s.pods[pods.Items[i].Name] = &pods.Items[i]
+	}
+	if err := r.markAndTake(ctx, s, nil, s.marks); err != nil {
+		return err
 	}
 	base := set.DeepCopy()
 	controllerutil.RemoveFinalizer(set, fencingv1alpha1.Finalizer)
 	if err := r.Patch(ctx, set, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("remove the finalizer of FencedShardSet %s: %w", client.ObjectKeyFromObject(set), err)
+		return fmt.Errorf("remove the finalizer of FencedShardSet %s: %w", key, err)
 	}
 	return nil
 }
 
 // deleteOrphans deletes the Leases of shards the set no longer has (its
-// spec shrank), after the pods were told they own none of them: each
-// delete is preconditioned on the Lease as read, so a Lease written since
-// stays for the next reconcile to judge. A shard the set has again later
-// gets a new Lease, whose fence is above every fence the old one had.
+// spec shrank, or it is being deleted), each preconditioned on the Lease as
+// read, so a Lease written since stays for the next reconcile to judge.
+// The pods their grants named are marked before anything is published
+// (publish). A shard the set has again later gets a new Lease, whose fence
+// is above every fence the old one had.
 func (r *Reconciler) deleteOrphans(ctx context.Context, s *scope) error {
+	if s.marks == nil {
+		s.marks = map[string]string{}
+	}
 	var errs []error
 	for _, l := range s.orphans {
 		pre := client.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion}
 		if err := r.Delete(ctx, l, pre); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete Lease %s of a shard FencedShardSet %s no longer has: %w", client.ObjectKeyFromObject(l), client.ObjectKeyFromObject(s.set), err))
+			continue
+		}
+		if rec := record.ParseLease(l.Annotations); rec.HolderUID != "" {
+			s.marks[ptr.Deref(l.Spec.HolderIdentity, "")] = rec.HolderUID
 		}
 	}
 	return kerrors.NewAggregate(errs)

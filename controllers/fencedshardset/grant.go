@@ -2,6 +2,7 @@ package fencedshardset
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"sync"
@@ -35,6 +36,7 @@ func (r *Reconciler) writeGrants(ctx context.Context, s *scope) error {
 		errs    []error
 		moves   []move
 		written = map[string]*coordinationv1.Lease{}
+		taken   = map[string]string{}
 		wg      sync.WaitGroup
 	)
 	slots := make(chan struct{}, r.Writers)
@@ -66,13 +68,18 @@ func (r *Reconciler) writeGrants(ctx context.Context, s *scope) error {
 			if m != nil {
 				moves = append(moves, *m)
 			}
-			if err != nil {
+			var exists *leaseExistsError
+			switch {
+			case errors.As(err, &exists):
+				taken[key] = exists.name // reported as a conflict, not a failure
+			case err != nil:
 				errs = append(errs, err)
 			}
 		})
 	}
 	wg.Wait()
 	maps.Copy(s.leases, written)
+	maps.Copy(s.conflicts, taken)
 	s.moved += len(moves)
 	r.recordMoves(s, moves)
 	if s.set.Spec.Takeover != fencingv1alpha1.TakeoverImmediate {
@@ -165,7 +172,7 @@ func (r *Reconciler) grant(ctx context.Context, s *scope, key string, l *coordin
 		pendingGrant(l, t, now, s.set)
 		if err := r.Create(ctx, l); err != nil {
 			if apierrors.IsAlreadyExists(err) {
-				return nil, fmt.Errorf("shard %q of FencedShardSet %s: Lease %s exists (a grant another replica wrote, or a Lease the set does not control): %w", key, klog.KObj(s.set), l.Name, err)
+				return nil, &leaseExistsError{name: l.Name, err: err}
 			}
 			return nil, fmt.Errorf("create Lease %s for shard %q: %w", klog.KObj(l), key, err)
 		}
@@ -179,6 +186,18 @@ func (r *Reconciler) grant(ctx context.Context, s *scope, key string, l *coordin
 	return l, nil
 }
 
+// leaseExistsError: the Lease of a shard's name exists but was not among the
+// set's (another replica created it a moment ago, or it is not the set's).
+// The shard is left alone in this reconcile, and the set says which Lease
+// is in the way when it stays.
+type leaseExistsError struct {
+	name string
+	err  error
+}
+
+func (e *leaseExistsError) Error() string { return fmt.Sprintf("Lease %s exists: %v", e.name, e.err) }
+func (e *leaseExistsError) Unwrap() error { return e.err }
+
 // pendingGrant records a pending grant to t on a Lease: a new holder is a
 // transition (acquireTime now, leaseTransitions one more); the fence of
 // the last committed grant stays until the commit replaces it.
@@ -187,7 +206,19 @@ func pendingGrant(l *coordinationv1.Lease, t shard.Target, now metav1.MicroTime,
 		l.Annotations = map[string]string{}
 	}
 	rec := record.ParseLease(l.Annotations)
-	if prev := ptr.Deref(l.Spec.HolderIdentity, ""); prev != t.Name || rec.HolderUID != t.UID {
+	prev := ptr.Deref(l.Spec.HolderIdentity, "")
+	switch rec.State {
+	case record.StatePending:
+		// The pending grant replaced was never committed: the pod to mark
+		// is still the one before it.
+	case record.StateHeld, record.StateRevoked:
+		// The pod of the committed grant replaced (this pod too, when it is
+		// granted again) is marked before the shard is published again.
+		record.SetPreviousHolder(l.Annotations, prev, rec.HolderUID)
+	default:
+		record.SetPreviousHolder(l.Annotations, "", "")
+	}
+	if prev != t.Name || rec.HolderUID != t.UID {
 		if prev != "" {
 			l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
 		}
@@ -230,6 +261,9 @@ func (r *Reconciler) revoke(ctx context.Context, s *scope, l *coordinationv1.Lea
 	if err := r.Update(ctx, l); err != nil {
 		return nil, fmt.Errorf("revoke the grant on Lease %s: %w", klog.KObj(l), err)
 	}
+	// The Safe wait counts from when the write was applied, not from the
+	// start of the reconcile.
+	r.revoked.since(l, r.Clock.Now())
 	return l, nil
 }
 

@@ -45,6 +45,9 @@ type scope struct {
 	// control; orphans the set's Leases of shards it no longer has.
 	conflicts map[string]string
 	orphans   []*coordinationv1.Lease
+	// marks are pods to mark before any shard is published (name to UID):
+	// the holders of shards whose Leases this reconcile deleted.
+	marks map[string]string
 	// wait is the soonest time a shard's Safe wait ends; moved counts the
 	// shards granted to a new owner in this reconcile.
 	wait  time.Time

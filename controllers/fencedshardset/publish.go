@@ -3,9 +3,12 @@ package fencedshardset
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -17,13 +20,21 @@ import (
 // publish tells every pod its shards: those whose grant, as the API server
 // holds it after this reconcile's writes, is committed to the pod.
 //
-// Why a publication never tells a pod a shard it lost: the pods were read
+// Why a publication never tells a pod a shard it lost. The pods are read
 // before the Leases, and each pod is written with its resourceVersion as a
-// precondition. A revocation is written to the Lease before the shard is
-// taken from its owner's annotation. So if a reconcile (of this replica
-// or of a paused one) read a Lease from before a revocation, it read the
-// pod before the annotation was taken from it: its write carries a
-// resourceVersion that the removal changed, and fails.
+// precondition. Before a shard is published to a new owner, the pod of the
+// grant it replaced (the Lease's previous holder) is written in this
+// reconcile, after the Lease write that replaced the grant: its shards
+// without the lost one, and a new mark. So a reconcile (of this replica, or
+// of a paused one) that read the Lease before it moved on read that pod
+// before the mark, and its write of the pod fails; one that read the pod
+// after the mark read the Lease after the move, and does not publish the
+// lost shard. A shard whose Lease is deleted (the set shrank, or is being
+// deleted) has its holder marked the same way after the delete.
+//
+// Within a reconcile, every pod that loses shards or is marked is written
+// before any pod gains one, so that no moment shows a shard with two
+// owners.
 func (r *Reconciler) publish(ctx context.Context, s *scope) error {
 	owned := map[string]map[string]int64{}
 	for key, l := range s.leases {
@@ -40,14 +51,72 @@ func (r *Reconciler) publish(ctx context.Context, s *scope) error {
 		}
 		owned[pod.Name][key] = rec.Fence
 	}
-	// Shards are taken from the pods that lose them before any pod is
-	// given one: under Immediate a shard's old and new owner are written
-	// in the same reconcile, and no moment may show both as its owner.
+	marks := r.marksFor(s, owned)
+	if err := r.markAndTake(ctx, s, owned, marks); err != nil {
+		return err
+	}
 	var errs []error
+	for name, pod := range s.pods {
+		if err := r.writeShards(ctx, pod, s.set.Name, record.FormatShards(owned[name]), labelled(s, name, owned[name]), false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return kerrors.NewAggregate(errs)
+}
+
+// marksFor returns the pods to mark (name to UID): the previous holders of
+// the shards about to be published to a pod that does not list them yet,
+// and the holders of the shards whose Leases this reconcile deleted.
+func (r *Reconciler) marksFor(s *scope, owned map[string]map[string]int64) map[string]string {
+	marks := map[string]string{}
+	for name, uid := range s.marks {
+		marks[name] = uid
+	}
+	for name, shards := range owned {
+		current, err := record.ParseShards(s.pods[name].Annotations[record.AnnotationShards])
+		if err != nil {
+			current = nil
+		}
+		for key, fence := range shards {
+			if current[key] == fence {
+				continue
+			}
+			if prev, uid := record.PreviousHolder(s.leases[key].Annotations); prev != "" {
+				marks[prev] = uid
+			}
+		}
+	}
+	return marks
+}
+
+// markAndTake writes, before any pod gains a shard, every pod that loses
+// shards and every pod to mark: its shards it still owns, and for a marked
+// one a new mark. A marked pod the set has not read (no longer selected
+// nor labelled) is read from the API server. Any failure stops the
+// publication.
+func (r *Reconciler) markAndTake(ctx context.Context, s *scope, owned map[string]map[string]int64, marks map[string]string) error {
+	var errs []error
+	for name, uid := range marks {
+		if _, known := s.pods[name]; known {
+			continue
+		}
+		pod := &corev1.Pod{}
+		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: s.set.Namespace, Name: name}, pod)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue // gone: nobody can write it any more
+		case err != nil:
+			errs = append(errs, fmt.Errorf("read pod %s to mark it: %w", klog.KRef(s.set.Namespace, name), err))
+			continue
+		}
+		if string(pod.UID) == uid {
+			s.pods[name] = pod
+		}
+	}
 	for name, pod := range s.pods {
 		current, err := record.ParseShards(pod.Annotations[record.AnnotationShards])
 		if err != nil {
-			current = nil // what does not parse is replaced below
+			current = nil // what does not parse is replaced
 		}
 		keep := map[string]int64{}
 		for key, fence := range current {
@@ -55,18 +124,11 @@ func (r *Reconciler) publish(ctx context.Context, s *scope) error {
 				keep[key] = fence
 			}
 		}
-		if len(keep) == len(current) {
+		mark := marks[name] != "" && marks[name] == string(pod.UID)
+		if len(keep) == len(current) && !mark {
 			continue
 		}
-		if err := r.writeShards(ctx, pod, s.set.Name, record.FormatShards(keep), labelled(s, name, keep)); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return kerrors.NewAggregate(errs)
-	}
-	for name, pod := range s.pods {
-		if err := r.writeShards(ctx, pod, s.set.Name, record.FormatShards(owned[name]), labelled(s, name, owned[name])); err != nil {
+		if err := r.writeShards(ctx, pod, s.set.Name, record.FormatShards(keep), labelled(s, name, keep), mark); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -81,23 +143,29 @@ func labelled(s *scope, name string, owned map[string]int64) bool {
 	return eligible || len(owned) > 0
 }
 
+// marks counts the marks this process wrote, so that no two are the same.
+var marks atomic.Int64
+
 // writeShards writes a pod's shards and its set label, when they differ
-// from what the pod carries, with the pod's resourceVersion as a
-// precondition. A pod that is gone needs nothing.
-func (r *Reconciler) writeShards(ctx context.Context, pod *corev1.Pod, set, shards string, labelled bool) error {
+// from what the pod carries or mark asks for a new mark, with the pod's
+// resourceVersion as a precondition. A pod that is gone needs nothing.
+func (r *Reconciler) writeShards(ctx context.Context, pod *corev1.Pod, set, shards string, labelled, mark bool) error {
 	has := pod.Labels[record.LabelShardSet] == set
-	if pod.Annotations[record.AnnotationShards] == shards && has == labelled {
+	if pod.Annotations[record.AnnotationShards] == shards && has == labelled && !mark {
 		return nil
 	}
 	base := pod.DeepCopy()
 	p := pod.DeepCopy()
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
 	if shards == "" {
 		delete(p.Annotations, record.AnnotationShards)
 	} else {
-		if p.Annotations == nil {
-			p.Annotations = map[string]string{}
-		}
 		p.Annotations[record.AnnotationShards] = shards
+	}
+	if mark {
+		p.Annotations[record.AnnotationShardsMark] = fmt.Sprintf("%d-%d", time.Now().UnixNano(), marks.Add(1))
 	}
 	if labelled {
 		if p.Labels == nil {

@@ -87,8 +87,16 @@ func TestRacingReplicasKeepOneOwnerPerShard(t *testing.T) {
 		t.Cleanup(func() { m.Crash(); m.Wait() })
 	}
 	leases := f.followLeaseFences()
+	// Two nodes: a node lost or found again moves shards without a write
+	// of the pods themselves.
+	nodes := []string{"na-" + f.ns, "nb-" + f.ns}
+	podOn := func(name string, node string) {
+		pod, err := testenv.CreatePod(f.ctx, f.c, testenv.Pod{Namespace: f.ns, Name: name, Labels: workers, Node: node})
+		f.g.Expect(err).NotTo(HaveOccurred())
+		f.g.Expect(testenv.SetReady(f.ctx, f.c, pod, time.Now().Add(-time.Minute).Truncate(time.Second))).To(Succeed())
+	}
 	for i := range 4 {
-		f.readyPod(fmt.Sprintf("p%d", i))
+		podOn(fmt.Sprintf("p%d", i), nodes[i%2])
 	}
 	f.shardSet("work", func(s *fencingv1alpha1.FencedShardSet) { s.Spec.Shards = 24 })
 
@@ -104,11 +112,15 @@ func TestRacingReplicasKeepOneOwnerPerShard(t *testing.T) {
 			}
 		}
 		p := live[rng.IntN(len(live))]
-		switch rng.IntN(3) {
+		switch rng.IntN(5) {
 		case 0:
 			f.g.Expect(client.IgnoreNotFound(f.c.Delete(f.ctx, p, client.GracePeriodSeconds(0)))).To(Succeed())
-			f.readyPod(fmt.Sprintf("p%d", next))
+			podOn(fmt.Sprintf("p%d", next), nodes[next%2])
 			next++
+		case 3:
+			f.g.Expect(testenv.SetNodeLost(f.ctx, f.c, nodes[rng.IntN(2)])).To(Succeed())
+		case 4:
+			f.g.Expect(testenv.SetNodeReady(f.ctx, f.c, nodes[rng.IntN(2)])).To(Succeed())
 		case 1:
 			f.g.Expect(testenv.SetContainersNotReady(f.ctx, f.c, p)).To(Succeed())
 		case 2:
@@ -116,7 +128,10 @@ func TestRacingReplicasKeepOneOwnerPerShard(t *testing.T) {
 		}
 		time.Sleep(time.Duration(50+rng.IntN(300)) * time.Millisecond)
 	}
-	// The churn stops: every pod ready.
+	// The churn stops: every node and every pod ready.
+	for _, n := range nodes {
+		f.g.Expect(testenv.SetNodeReady(f.ctx, f.c, n)).To(Succeed())
+	}
 	pods := &corev1.PodList{}
 	f.g.Expect(f.c.List(f.ctx, pods, client.InNamespace(f.ns))).To(Succeed())
 	for i := range pods.Items {

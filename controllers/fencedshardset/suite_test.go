@@ -42,7 +42,7 @@ type fixture struct {
 	checker *testenv.ShardChecker
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T, wrap ...func(client.Client) client.Client) *fixture {
 	harness.Needs(t, harness.ControlPlane)
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -54,7 +54,11 @@ func newFixture(t *testing.T) *fixture {
 	g.Expect(err).NotTo(HaveOccurred())
 	f := &fixture{t: t, g: g, ctx: ctx, ns: ns, c: env.Client, checker: checker}
 	t.Cleanup(func() { g.Expect(checker.Violations()).To(BeEmpty(), "invariants broken in namespace %s", ns) })
-	m, err := testenv.StartManager(ctx, env.Config, testenv.ManagerOptions{Namespace: ns})
+	opts := testenv.ManagerOptions{Namespace: ns}
+	if len(wrap) > 0 {
+		opts.WrapClient = wrap[0]
+	}
+	m, err := testenv.StartManager(ctx, env.Config, opts)
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { m.Crash(); m.Wait() })
 	return f

@@ -18,7 +18,31 @@ const (
 	LabelShard    = Prefix + "shard"
 	// AnnotationShards is a candidate pod's shards with their fences.
 	AnnotationShards = Prefix + "shards"
+	// AnnotationShardsMark, on a pod, changes whenever the operator marks
+	// the pod: after a shard it owned moved on, before the shard is
+	// published to its new owner.
+	AnnotationShardsMark = Prefix + "shards-mark"
+	// LeasePreviousHolder, on a shard's Lease, names the pod
+	// ("<name>/<uid>") whose committed grant the current grant replaced.
+	LeasePreviousHolder = Prefix + "previous-holder"
 )
+
+// PreviousHolder reads a shard Lease's previous holder: the pod whose
+// committed grant the current one replaced; "" when none.
+func PreviousHolder(annotations map[string]string) (name, uid string) {
+	name, uid, _ = strings.Cut(annotations[LeasePreviousHolder], "/")
+	return name, uid
+}
+
+// SetPreviousHolder records a shard Lease's previous holder, or removes
+// the record when name is "".
+func SetPreviousHolder(annotations map[string]string, name, uid string) {
+	if name == "" {
+		delete(annotations, LeasePreviousHolder)
+		return
+	}
+	annotations[LeasePreviousHolder] = name + "/" + uid
+}
 
 // ShardLeaseName is the name of the Lease that records a shard's grant.
 func ShardLeaseName(set, key string) string { return set + "-" + key }

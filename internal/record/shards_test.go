@@ -14,6 +14,14 @@ func TestShardsRoundTrip(t *testing.T) {
 	g.Expect(record.LabelShard).To(Equal(fencingv1alpha1.LabelShard))
 	g.Expect(record.LabelShardSet).To(Equal(fencingv1alpha1.LabelShardSet))
 	g.Expect(record.AnnotationShards).To(Equal(fencingv1alpha1.AnnotationShards))
+	g.Expect(record.AnnotationShardsMark).To(Equal(fencingv1alpha1.AnnotationShardsMark))
+	g.Expect(record.LeasePreviousHolder).To(Equal(fencingv1alpha1.LeaseAnnotationPreviousHolder))
+	a := map[string]string{}
+	record.SetPreviousHolder(a, "p", "u1")
+	name, uid := record.PreviousHolder(a)
+	g.Expect([]string{name, uid}).To(Equal([]string{"p", "u1"}))
+	record.SetPreviousHolder(a, "", "")
+	g.Expect(a).To(BeEmpty())
 
 	in := map[string]int64{"17": 41302, "3": 41210, "eu": 9}
 	v := record.FormatShards(in)
