@@ -103,6 +103,7 @@ type FencedShardSetStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name: at most 63 characters: the set's name is the value of the labels fencedlease.io/shard-set and fencedlease.io/protected-by"
 // +kubebuilder:resource:shortName=fss,categories=fencedlease
 // +kubebuilder:printcolumn:name="Shards",type=integer,JSONPath=`.status.shards`
 // +kubebuilder:printcolumn:name="Owned",type=integer,JSONPath=`.status.owned`

@@ -2,6 +2,7 @@ package fencedshardset_test
 
 import (
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -196,6 +197,7 @@ func TestInvalidSetsAreRefused(t *testing.T) {
 		{"too many shards", func(s *fencingv1alpha1.FencedShardSet) { s.Spec.Shards = 10001 }, "spec.shards"},
 		{"renewal by the holder", func(s *fencingv1alpha1.FencedShardSet) { s.Spec.Renewal = fencingv1alpha1.RenewalHolder }, "spec.renewal"},
 		{"an empty selector", func(s *fencingv1alpha1.FencedShardSet) { s.Spec.Selector.MatchLabels = nil }, "selector must not be empty"},
+		{"a name too long for a label value", func(s *fencingv1alpha1.FencedShardSet) { s.Name = "bad-" + strings.Repeat("x", 60) }, "metadata.name: at most 63 characters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -205,7 +207,7 @@ func TestInvalidSetsAreRefused(t *testing.T) {
 			tc.mutate(set)
 			err := f.c.Create(f.ctx, set)
 			g.Expect(err).To(MatchError(ContainSubstring(tc.says)))
-			g.Expect(err).To(MatchError(ContainSubstring(`FencedShardSet.fencing.fencedlease.io "bad" is invalid`)))
+			g.Expect(err).To(MatchError(ContainSubstring(`FencedShardSet.fencing.fencedlease.io "` + set.Name + `" is invalid`)))
 		})
 	}
 }
