@@ -145,6 +145,7 @@ func (r *Reconciler) deleteOrphans(ctx context.Context, s *scope) error {
 			errs = append(errs, fmt.Errorf("delete Lease %s of a shard FencedShardSet %s no longer has: %w", client.ObjectKeyFromObject(l), client.ObjectKeyFromObject(s.set), err))
 			continue
 		}
+		r.revoked.forget(l)
 		if rec := record.ParseLease(l.Annotations); rec.HolderUID != "" {
 			s.marks[ptr.Deref(l.Spec.HolderIdentity, "")] = rec.HolderUID
 		}
