@@ -37,11 +37,21 @@ type Publications struct {
 	// the pod it went to.
 	highest map[string]Publication
 	lost    map[string]map[int64]bool
+	// noun names what is held in messages: "FencedLease", or "shard".
+	noun string
 }
 
 // NewPublications returns a tracker that has seen no pod.
 func NewPublications() *Publications {
-	return &Publications{pods: map[string]Publication{}, highest: map[string]Publication{}, lost: map[string]map[int64]bool{}}
+	return &Publications{pods: map[string]Publication{}, highest: map[string]Publication{}, lost: map[string]map[int64]bool{}, noun: "FencedLease"}
+}
+
+// NewShardPublications returns a tracker of the shards of FencedShardSets:
+// the same rules per shard, whose Lease field is "<set>/<key>".
+func NewShardPublications() *Publications {
+	t := NewPublications()
+	t.noun = "shard"
+	return t
 }
 
 // Highest is the highest fence published for the FencedLease, 0 for none.
@@ -95,14 +105,14 @@ func (t *Publications) checkFence(p Publication) (Violation, bool) {
 	h := t.highest[p.Lease]
 	switch {
 	case p.Fence < 0:
-		return violation(MalformedFence, "pod %s got malformed fence %q of FencedLease %s", p.Pod, p.Raw, p.Lease), true
+		return violation(MalformedFence, "pod %s got malformed fence %q of %s %s", p.Pod, p.Raw, t.noun, p.Lease), true
 	case p.Fence < h.Fence:
-		return violation(FenceWentDown, "pod %s got fence %d of FencedLease %s after fence %d was published", p.Pod, p.Fence, p.Lease, h.Fence), true
+		return violation(FenceWentDown, "pod %s got fence %d of %s %s after fence %d was published", p.Pod, p.Fence, t.noun, p.Lease, h.Fence), true
 	case p.Fence == h.Fence && p.UID != h.UID:
-		return violation(FenceToTwoPods, "pod %s got fence %d of FencedLease %s, which was published to pod %s (UID %s) before",
-			p.Pod, p.Fence, p.Lease, h.Pod, h.UID), true
+		return violation(FenceToTwoPods, "pod %s got fence %d of %s %s, which was published to pod %s (UID %s) before",
+			p.Pod, p.Fence, t.noun, p.Lease, h.Pod, h.UID), true
 	case t.lost[p.Lease][p.Fence]:
-		return violation(FenceRegained, "pod %s got fence %d of FencedLease %s again after losing it", p.Pod, p.Fence, p.Lease), true
+		return violation(FenceRegained, "pod %s got fence %d of %s %s again after losing it", p.Pod, p.Fence, t.noun, p.Lease), true
 	}
 	return Violation{}, false
 }
@@ -119,5 +129,5 @@ func (t *Publications) checkHolders(lease string) (Violation, bool) {
 		return Violation{}, false
 	}
 	slices.Sort(holders)
-	return violation(TwoHolders, "%d pods published as holder of FencedLease %s at once: %v", len(holders), lease, holders), true
+	return violation(TwoHolders, "%d pods published as holder of %s %s at once: %v", len(holders), t.noun, lease, holders), true
 }

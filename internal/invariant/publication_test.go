@@ -121,3 +121,15 @@ func TestPublicationsRules(t *testing.T) {
 		t.Fatalf("rules %q, want %q", got, want)
 	}
 }
+
+// TestShardPublicationsNameTheShard: the shards' tracker keeps the same
+// rules and names a shard as a shard.
+func TestShardPublicationsNameTheShard(t *testing.T) {
+	p := NewShardPublications()
+	shard := func(pod string, fence int64) Publication {
+		return Publication{Pod: pod, UID: "uid-" + pod + "/7", Lease: "work/7", Fence: fence}
+	}
+	expect(t, p.Observe(shard("a", 20)))
+	expect(t, p.Observe(shard("b", 10)), "pod b got fence 10 of shard work/7 after fence 20 was published",
+		"2 pods published as holder of shard work/7 at once: [a(fence 20) b(fence 10)]")
+}

@@ -35,7 +35,7 @@ func WatchShards(ctx context.Context, cfg *rest.Config, ns string) (*ShardChecke
 	if err != nil {
 		return nil, err
 	}
-	sc := &ShardChecker{pubs: invariant.NewPublications(), shards: map[string]map[string]int64{}, highest: map[string]int64{}}
+	sc := &ShardChecker{pubs: invariant.NewShardPublications(), shards: map[string]map[string]int64{}, highest: map[string]int64{}}
 	gap := func() {
 		sc.locked(func() { sc.violations = append(sc.violations, "the watch of pods in "+ns+" could not resume") })
 	}
