@@ -71,3 +71,32 @@ func TestShardsNeedTheFile(t *testing.T) {
 	g.Expect(cmd.ProcessState.ExitCode()).To(Equal(exitFailure))
 	g.Expect(string(out)).To(ContainSubstring("token files absent"))
 }
+
+// A command that exits while its shard stays is started again, with the
+// same fence, after a delay that grows; once the shard leaves, it is not.
+func TestShardsRestartACommandThatExits(t *testing.T) {
+	g := NewWithT(t)
+	k := newKubelet(t)
+	g.Expect(k.Write(map[string]string{"shards": `{"a":"10"}`})).To(Succeed())
+	log := filepath.Join(t.TempDir(), "shards.log")
+	cmd := exec.Command(fenceBin, "shards", "--dir", k.Dir(), "--restart-delay", "100ms", "--poll-interval", "100ms", "--",
+		"/bin/sh", "-c", `echo "start $FENCE_SHARD $FENCE_TOKEN" >> "$LOG"; exit 3`)
+	cmd.Env = append(os.Environ(), "LOG="+log)
+	out := &harness.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	g.Expect(cmd.Start()).To(Succeed())
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	starts := func() []string {
+		b, _ := os.ReadFile(log)
+		return strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+	g.Eventually(starts).WithTimeout(10*time.Second).Should(WithTransform(func(s []string) int { return len(s) }, BeNumerically(">=", 3)), out.String())
+	g.Expect(starts()).To(HaveEach("start a 10"))
+	g.Expect(out.String()).To(ContainSubstring("shard a: command exited while the shard stays; starting it again in 200ms"))
+
+	g.Expect(k.Write(map[string]string{"shards": `{}`})).To(Succeed())
+	g.Eventually(out.String).WithTimeout(10 * time.Second).Should(ContainSubstring("fence 10 lost"))
+	n := len(starts())
+	g.Consistently(func() int { return len(starts()) }).WithTimeout(time.Second).Should(Equal(n), out.String())
+}
