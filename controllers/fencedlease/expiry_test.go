@@ -39,7 +39,7 @@ func TestAGrantFoundExpiredIsRegrantedAndHoldsBackFirstGrants(t *testing.T) {
 	f.g.Expect(pod).To(Equal("a"), "the same pod, still the best candidate")
 	f.g.Expect(next).To(BeNumerically(">", fence))
 	f.g.Expect(ptr.Deref(f.lease("db").Spec.LeaseTransitions, 0)).To(Equal(transitions+1), "one re-grant")
-	f.g.Expect(f.events("db")).To(ContainElement(fencingv1alpha1.EventLost))
+	f.g.Eventually(func() []string { return f.events("db") }).WithTimeout(timeout).Should(ContainElement(fencingv1alpha1.EventLost), "Events are recorded asynchronously")
 
 	other := map[string]string{"app": "other"}
 	f.readyPodWith("o", time.Hour, other)

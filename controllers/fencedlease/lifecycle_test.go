@@ -115,7 +115,7 @@ func TestHolderDiesSafeTakeoverWaitsForExpiry(t *testing.T) {
 			f.poke("db")
 			pod, next := f.waitNewHolder("db", fence)
 			f.g.Expect(pod).To(Equal("b"))
-			f.g.Expect(f.events("db")).To(ContainElements(fencingv1alpha1.EventLost, fencingv1alpha1.EventGranted))
+			f.g.Eventually(func() []string { return f.events("db") }).WithTimeout(timeout).Should(ContainElements(fencingv1alpha1.EventLost, fencingv1alpha1.EventGranted))
 			f.g.Expect(next).To(BeNumerically(">", fence))
 		})
 	}
