@@ -274,3 +274,44 @@ func TestPodOfARecoveredNodeTakesItsShareBack(t *testing.T) {
 		g.Expect(counts(byPod)).To(Equal(map[string]int{"a": 2, "b": 2}))
 	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 }
+
+// Set "a" with key "b-c" and set "a-b" with key "c" both want Lease "a-b-c".
+// The set that created it keeps it; the other never grants that shard, says
+// so in its Degraded condition, and grants its other shards as usual.
+func TestCollidingLeaseNamesAreAConflict(t *testing.T) {
+	f := newFixture(t)
+	f.readyPod("w")
+	f.shardSet("a-b", func(s *fencingv1alpha1.FencedShardSet) { s.Spec.Shards, s.Spec.Keys = 0, []string{"c"} })
+	f.g.Eventually(func(g Gomega) {
+		byPod, _ := f.owners(g, "a-b")
+		g.Expect(byPod).To(HaveKeyWithValue("w", HaveKey("c")))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+
+	others := map[string]string{"app": "other"}
+	pod, err := testenv.CreatePod(f.ctx, f.c, testenv.Pod{Namespace: f.ns, Name: "p", Labels: others})
+	f.g.Expect(err).NotTo(HaveOccurred())
+	f.g.Expect(testenv.SetReady(f.ctx, f.c, pod, time.Now().Add(-time.Minute).Truncate(time.Second))).To(Succeed())
+	f.shardSet("a", func(s *fencingv1alpha1.FencedShardSet) {
+		s.Spec.Selector.MatchLabels, s.Spec.Shards, s.Spec.Keys = others, 0, []string{"b-c", "x"}
+	})
+	f.g.Eventually(func(g Gomega) {
+		st := f.get("a").Status
+		g.Expect(meta.FindStatusCondition(st.Conditions, fencingv1alpha1.ConditionDegraded)).To(And(
+			HaveField("Reason", fencingv1alpha1.ReasonLeaseConflict), HaveField("Message", ContainSubstring("a-b-c"))))
+		g.Expect(st.Owned).To(BeEquivalentTo(1))
+		p := &corev1.Pod{}
+		g.Expect(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "p"}, p)).To(Succeed())
+		shards, err := record.ParseShards(p.Annotations[record.AnnotationShards])
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(shards).To(HaveLen(1))
+		g.Expect(shards).To(HaveKey("x"))
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	f.g.Consistently(func(g Gomega) {
+		p := &corev1.Pod{}
+		g.Expect(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "w"}, p)).To(Succeed())
+		g.Expect(p.Annotations).To(HaveKeyWithValue(record.AnnotationShards, ContainSubstring(`"c"`)), "set a-b keeps shard c")
+		l := &coordinationv1.Lease{}
+		g.Expect(f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "a-b-c"}, l)).To(Succeed())
+		g.Expect(l.Labels).To(HaveKeyWithValue(record.LabelShardSet, "a-b"), "set a-b keeps its Lease")
+	}).WithTimeout(2 * time.Second).WithPolling(poll).Should(Succeed())
+}
