@@ -26,22 +26,35 @@ const readAttempts = 100
 //
 // Errors wrap ErrAbsent, ErrMalformed or ErrUnstable.
 func Read(dir string) (Token, error) {
+	return readConsistent(dir, "token files",
+		func(from string) (Token, error) { return readFiles(from, dir) },
+		func() (Token, error) { return readPlain(dir) })
+}
+
+// readConsistent reads files in dir with read, from the directory the
+// kubelet's "..data" symlink names, and returns the reading only if the
+// link named the same directory after it: the kubelet swaps the link
+// atomically, so the files read are of one update. Without the link (files
+// not written by a kubelet) it reads with plain. what names the files in
+// errors.
+func readConsistent[T any](dir, what string, read func(from string) (T, error), plain func() (T, error)) (T, error) {
+	var zero T
 	for range readAttempts {
 		target, err := os.Readlink(filepath.Join(dir, dataLink))
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			return readPlain(dir)
+			return plain()
 		case err != nil:
-			return Token{}, fmt.Errorf("read token files in %s: %w", dir, err)
+			return zero, fmt.Errorf("read %s in %s: %w", what, dir, err)
 		}
 		from := resolve(dir, target)
-		tok, err := readFiles(from, dir)
+		v, err := read(from)
 		again, lerr := os.Readlink(filepath.Join(dir, dataLink))
 		if lerr == nil && resolve(dir, again) == from {
-			return tok, err
+			return v, err
 		}
 	}
-	return Token{}, fmt.Errorf("read token files in %s: %w", dir, ErrUnstable)
+	return zero, fmt.Errorf("read %s in %s: %w", what, dir, ErrUnstable)
 }
 
 // resolve returns the directory a "..data" target names.

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
-
 	"github.com/fencedlease/fencedlease/internal/record"
 )
 
@@ -30,22 +28,9 @@ type Shards map[string]int64
 //
 // Errors wrap ErrAbsent, ErrMalformed or ErrUnstable.
 func ReadShards(dir string) (Shards, error) {
-	for range readAttempts {
-		target, err := os.Readlink(filepath.Join(dir, dataLink))
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			return readShardsFile(dir, dir)
-		case err != nil:
-			return nil, fmt.Errorf("read the shards file in %s: %w", dir, err)
-		}
-		from := resolve(dir, target)
-		shards, err := readShardsFile(from, dir)
-		again, lerr := os.Readlink(filepath.Join(dir, dataLink))
-		if lerr == nil && resolve(dir, again) == from {
-			return shards, err
-		}
-	}
-	return nil, fmt.Errorf("read the shards file in %s: %w", dir, ErrUnstable)
+	return readConsistent(dir, "the shards file",
+		func(from string) (Shards, error) { return readShardsFile(from, dir) },
+		func() (Shards, error) { return readShardsFile(dir, dir) })
 }
 
 func readShardsFile(from, dir string) (Shards, error) {
@@ -69,15 +54,11 @@ func readShardsFile(from, dir string) (Shards, error) {
 // set must no longer be written with its fence. Close it to stop.
 type ShardWatcher struct {
 	dir     string
-	fsw     *fsnotify.Watcher
+	f       follower
 	changes chan Shards
 
 	mu   sync.Mutex
 	last Shards
-
-	done chan struct{}
-	once sync.Once
-	wg   sync.WaitGroup
 }
 
 // WatchShards starts following the shards file in dir (normally
@@ -92,10 +73,13 @@ func WatchShards(dir string, poll time.Duration) (*ShardWatcher, error) {
 	if err != nil && !errors.Is(err, ErrUnstable) {
 		return nil, err
 	}
-	w := &ShardWatcher{dir: dir, fsw: startNotify(dir), changes: make(chan Shards, 1), last: shards, done: make(chan struct{})}
+	w := &ShardWatcher{dir: dir, changes: make(chan Shards, 1), last: shards}
 	w.changes <- maps.Clone(shards)
-	w.wg.Add(1)
-	go w.loop(poll)
+	w.f.start(dir, true, poll, func() {
+		if shards, err := ReadShards(w.dir); err == nil {
+			w.offer(shards)
+		}
+	})
 	return w, nil
 }
 
@@ -111,43 +95,7 @@ func (w *ShardWatcher) Current() Shards {
 func (w *ShardWatcher) Changes() <-chan Shards { return w.changes }
 
 // Close stops following the file.
-func (w *ShardWatcher) Close() error {
-	var err error
-	w.once.Do(func() {
-		close(w.done)
-		if w.fsw != nil {
-			err = w.fsw.Close()
-		}
-		w.wg.Wait()
-	})
-	return err
-}
-
-func (w *ShardWatcher) loop(poll time.Duration) {
-	defer w.wg.Done()
-	tick := time.NewTicker(poll)
-	defer tick.Stop()
-	var events <-chan fsnotify.Event
-	if w.fsw != nil {
-		events = w.fsw.Events
-	}
-	for {
-		select {
-		case <-w.done:
-			return
-		case _, ok := <-events:
-			if !ok {
-				events = nil
-				continue
-			}
-			drain(events)
-		case <-tick.C:
-		}
-		if shards, err := ReadShards(w.dir); err == nil {
-			w.offer(shards)
-		}
-	}
-}
+func (w *ShardWatcher) Close() error { return w.f.close() }
 
 // offer delivers shards if they differ from the last ones, replacing an
 // undelivered older set.
@@ -188,7 +136,7 @@ func (w *ShardWatcher) ShardContexts(ctx context.Context, start func(ctx context
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-w.done:
+		case <-w.f.done:
 			return ErrClosed
 		case shards = <-w.changes:
 		}

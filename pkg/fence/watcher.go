@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/fsnotify/fsnotify"
 )
 
 // DefaultPollInterval is how often a Watcher re-reads the files in case an
@@ -39,16 +37,12 @@ func WithoutEvents() Option {
 type Watcher struct {
 	dir  string
 	opts options
-	fsw  *fsnotify.Watcher // nil when polling only
+	f    follower
 
 	mu      sync.Mutex
 	tok     Token
 	err     error
 	changed chan struct{} // closed and replaced on every change
-
-	done chan struct{}
-	once sync.Once
-	wg   sync.WaitGroup
 }
 
 // New starts watching the token files in dir (normally DefaultDir). It
@@ -70,41 +64,14 @@ func New(dir string, opts ...Option) (*Watcher, error) {
 	case errors.Is(err, ErrUnstable):
 		tok, err = Token{}, nil // the next event or tick reads again
 	}
-	w := &Watcher{dir: dir, opts: o, tok: tok, err: err, changed: make(chan struct{}), done: make(chan struct{})}
-	if !o.noNotify {
-		w.fsw = startNotify(dir)
-	}
-	w.wg.Add(1)
-	go w.loop()
+	w := &Watcher{dir: dir, opts: o, tok: tok, err: err, changed: make(chan struct{})}
+	w.f.start(dir, !o.noNotify, o.poll, func() { _, _ = w.Current() })
 	return w, nil
-}
-
-// startNotify watches dir, or returns nil when inotify is unavailable.
-func startNotify(dir string) *fsnotify.Watcher {
-	fsw, err := fsnotify.NewWatcher()
-	if err != nil {
-		return nil
-	}
-	if err := fsw.Add(dir); err != nil {
-		_ = fsw.Close()
-		return nil
-	}
-	return fsw
 }
 
 // Close stops watching. Holder contexts are cancelled with ErrClosed and
 // waiting calls return it.
-func (w *Watcher) Close() error {
-	var err error
-	w.once.Do(func() {
-		close(w.done)
-		if w.fsw != nil {
-			err = w.fsw.Close()
-		}
-		w.wg.Wait()
-	})
-	return err
-}
+func (w *Watcher) Close() error { return w.f.close() }
 
 // Current reads the files now and returns the token. It also updates what
 // the Watcher's waiters see, so a call never returns an older state than
@@ -120,7 +87,7 @@ func (w *Watcher) Current() (Token, error) {
 // absent or malformed (a misconfiguration that waiting would hide).
 func (w *Watcher) WaitHolder(ctx context.Context) (Token, error) {
 	select {
-	case <-w.done:
+	case <-w.f.done:
 		return Token{}, fmt.Errorf("wait for holdership: %w", ErrClosed)
 	default:
 	}
@@ -137,7 +104,7 @@ func (w *Watcher) WaitHolder(ctx context.Context) (Token, error) {
 		case <-changed:
 		case <-ctx.Done():
 			return Token{}, fmt.Errorf("wait for holdership: %w", context.Cause(ctx))
-		case <-w.done:
+		case <-w.f.done:
 			return Token{}, fmt.Errorf("wait for holdership: %w", ErrClosed)
 		}
 	}
@@ -181,7 +148,7 @@ func (w *Watcher) watchLoss(ctx context.Context, held Token) error {
 		case <-changed:
 		case <-ctx.Done():
 			return context.Cause(ctx)
-		case <-w.done:
+		case <-w.f.done:
 			return ErrClosed
 		}
 	}
@@ -222,51 +189,4 @@ func sameError(a, b error) bool {
 		return (a == nil) == (b == nil)
 	}
 	return a.Error() == b.Error()
-}
-
-// loop re-reads the files on every event and every poll tick.
-func (w *Watcher) loop() {
-	defer w.wg.Done()
-	tick := time.NewTicker(w.opts.poll)
-	defer tick.Stop()
-	var events <-chan fsnotify.Event
-	var errs <-chan error
-	if w.fsw != nil {
-		events, errs = w.fsw.Events, w.fsw.Errors
-	}
-	for {
-		select {
-		case <-w.done:
-			return
-		case _, ok := <-events:
-			if !ok {
-				events = nil
-				continue
-			}
-			drain(events)
-		case _, ok := <-errs:
-			// An error such as a queue overflow means events were lost:
-			// read again.
-			if !ok {
-				errs = nil
-				continue
-			}
-		case <-tick.C:
-		}
-		_, _ = w.Current()
-	}
-}
-
-// drain discards queued events: one read covers them all.
-func drain(events <-chan fsnotify.Event) {
-	for {
-		select {
-		case _, ok := <-events:
-			if !ok {
-				return
-			}
-		default:
-			return
-		}
-	}
 }
