@@ -44,6 +44,7 @@ type Reconciler struct {
 	Writers int
 
 	revoked revocations
+	unowned unownedSince
 }
 
 // +kubebuilder:rbac:groups=fencing.fencedlease.io,resources=fencedshardsets,verbs=get;list;watch;update;patch
@@ -56,6 +57,9 @@ type Reconciler struct {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
 	set := &fencingv1alpha1.FencedShardSet{}
 	if err := r.Get(ctx, req.NamespacedName, set); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forgetMetrics(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !set.DeletionTimestamp.IsZero() {
@@ -125,6 +129,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, set *fencingv1alpha1.F
 	if err := r.Patch(ctx, set, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("remove the finalizer of FencedShardSet %s: %w", key, err)
 	}
+	r.forgetMetrics(key)
 	return nil
 }
 
@@ -166,6 +171,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Writers <= 0 {
 		r.Writers = 8
 	}
+	registerMetrics()
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&fencingv1alpha1.FencedShardSet{}).
 		Owns(&coordinationv1.Lease{}).

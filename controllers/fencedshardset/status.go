@@ -23,18 +23,28 @@ import (
 // many are owned by an eligible pod and how many are on their way to one,
 // and the conditions. It runs after a failed step too, with what the step
 // left.
+//
+// A reconcile that could not read the pods or the Leases keeps the counts
+// (and the metrics) of the last one that did: a failed read says nothing
+// of who owns what, and Degraded tells of the failure.
 func (r *Reconciler) recordStatus(ctx context.Context, s *scope, failed error) error {
 	st := &s.set.Status
-	st.Shards, st.Pods = int32(len(s.keys)), int32(len(s.eligible))
-	st.Owned, st.Moving = 0, 0
-	for _, key := range s.keys {
-		switch l := s.leases[key]; {
-		case l == nil:
-		case owned(s, record.ParseLease(l.Annotations), ptr.Deref(l.Spec.HolderIdentity, "")):
-			st.Owned++
-		case s.plan.Owners[key] != "":
-			st.Moving++
+	if read := s.leases != nil || s.invalid != ""; read {
+		st.Shards, st.Pods = int32(len(s.keys)), int32(len(s.eligible))
+		st.Owned, st.Moving = 0, 0
+		var unowned []string
+		for _, key := range s.keys {
+			l := s.leases[key]
+			if l != nil && owned(s, record.ParseLease(l.Annotations), ptr.Deref(l.Spec.HolderIdentity, "")) {
+				st.Owned++
+				continue
+			}
+			unowned = append(unowned, key)
+			if l != nil && s.plan.Owners[key] != "" {
+				st.Moving++
+			}
 		}
+		r.recordMetrics(s, unowned)
 	}
 	st.Moves += int64(s.moved)
 	st.ObservedGeneration = s.set.Generation

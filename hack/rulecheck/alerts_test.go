@@ -100,6 +100,25 @@ func TestAlertsFireWhenTheyShould(t *testing.T) {
 		t.Errorf("FencedLeaseNoHolder at 4 lease durations: %v, want a/db alone (a/paused is paused, a/held is held)", got)
 	}
 
+	// Set a/stuck has had a shard unowned since time 1s; in set a/rolling a
+	// shard or other is unowned all along, each for 15s (the gauge is the
+	// longest unowned shard's time); a/owned has every shard owned. Lease
+	// duration 15s; N is 3.
+	unowned := `load 15s
+  fencedlease_shardset_oldest_unowned_since_timestamp_seconds{namespace="a", name="stuck"} 1x20
+  fencedlease_shardset_oldest_unowned_since_timestamp_seconds{namespace="a", name="rolling"} 0+15x20
+  fencedlease_shardset_oldest_unowned_since_timestamp_seconds{namespace="a", name="owned"} 0x20
+  fencedlease_shardset_lease_duration_seconds{namespace="a", name="stuck"} 15x20
+  fencedlease_shardset_lease_duration_seconds{namespace="a", name="rolling"} 15x20
+  fencedlease_shardset_lease_duration_seconds{namespace="a", name="owned"} 15x20
+`
+	if got := firing(t, exprs["FencedShardSetUnowned"], unowned, 45*time.Second); len(got) != 0 {
+		t.Errorf("FencedShardSetUnowned at 3 lease durations: %v, want nothing yet", got)
+	}
+	if got := firing(t, exprs["FencedShardSetUnowned"], unowned, 60*time.Second); !equal(got, "a/stuck") {
+		t.Errorf("FencedShardSetUnowned at 4 lease durations: %v, want a/stuck alone (a/rolling's shards move one at a time, a/owned's are owned)", got)
+	}
+
 	// a/late was last renewed at 0; a/fine is renewed at every scrape.
 	renewals := `load 15s
   fencedlease_holder{namespace="a", name="late"} 1x20

@@ -190,7 +190,8 @@ func TestPrometheusRule(t *testing.T) {
 	}
 	sort.Strings(alerts)
 	want := []string{"FencedLeaseCertificateExpiresSoon", "FencedLeaseExpiredWhileRunning", "FencedLeaseFenceRegression", "FencedLeaseNoHolder",
-		"FencedLeaseOperatorSaturated", "FencedLeaseRenewalFailures", "FencedLeaseRenewalLate", "FencedLeaseStaleWrites", "FencedLeaseWebhookErrors", "FencedLeaseWebhookSlow"}
+		"FencedLeaseOperatorSaturated", "FencedLeaseRenewalFailures", "FencedLeaseRenewalLate", "FencedLeaseStaleWrites", "FencedLeaseWebhookErrors", "FencedLeaseWebhookSlow",
+		"FencedShardSetUnowned"}
 	if strings.Join(alerts, ",") != strings.Join(want, ",") {
 		t.Errorf("alerts %v, want %v", alerts, want)
 	}

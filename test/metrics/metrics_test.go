@@ -123,6 +123,8 @@ func TestMetricsAfterLockServiceAndWebhook(t *testing.T) {
 		fl.Spec.RenewIntervalSeconds = ptr.To[int32](1)
 	})
 	g.Expect(c.Create(ctx, fl)).To(Succeed())
+	// A FencedShardSet whose 4 shards go to pod w, and one with no pod.
+	sets := shardSets(t, ctx, ns)
 	holder, fence := waitHolder(t, ctx, ns, "db", 0)
 	g.Expect(holder).To(Equal("a"))
 	g.Eventually(func(g Gomega) {
@@ -191,11 +193,36 @@ func TestMetricsAfterLockServiceAndWebhook(t *testing.T) {
 		g.Expect(value("fencedlease_webhook_duration_seconds", map[string]string{"resource": "configmaps"})).To(BeNumerically(">=", 4))
 		expiry := value("fencedlease_certificate_expiry_timestamp_seconds", map[string]string{"certificate": "webhook"})
 		g.Expect(time.Unix(int64(expiry), 0)).To(BeTemporally(">", time.Now()))
+
+		work, idle := map[string]string{"namespace": ns, "name": "work"}, map[string]string{"namespace": ns, "name": "idle"}
+		g.Expect(value("fencedlease_shardset_shards", work)).To(Equal(4.0))
+		g.Expect(value("fencedlease_shardset_shards_owned", work)).To(Equal(4.0))
+		g.Expect(value("fencedlease_shardset_pods_eligible", work)).To(Equal(1.0))
+		g.Expect(value("fencedlease_shardset_grants_total", work)).To(Equal(4.0), "one grant per shard")
+		g.Expect(value("fencedlease_shardset_oldest_unowned_since_timestamp_seconds", work)).To(BeZero())
+		g.Expect(value("fencedlease_shardset_lease_duration_seconds", work)).To(Equal(5.0))
+		g.Expect(value("fencedlease_shardset_shards_owned", idle)).To(BeZero())
+		g.Expect(value("fencedlease_shardset_pods_eligible", idle)).To(BeZero())
+		g.Expect(time.Since(time.Unix(int64(value("fencedlease_shardset_oldest_unowned_since_timestamp_seconds", idle)), 0))).To(
+			And(BeNumerically(">", 0), BeNumerically("<", 5*time.Minute)), "the shards of set idle have been unowned since it was created")
 		writeNames(t, fams)
 	}).WithTimeout(timeout).WithPolling(200 * time.Millisecond).Should(Succeed())
 
-	// Deleting the FencedLease deletes its series.
+	// Deleting the FencedLease deletes its series; deleting a set, its.
 	g.Expect(c.Delete(ctx, fl)).To(Succeed())
+	for _, set := range sets {
+		g.Expect(c.Delete(ctx, set)).To(Succeed())
+	}
+	g.Eventually(func(g Gomega) {
+		fams := scrape(g)
+		for _, name := range []string{"fencedlease_shardset_shards", "fencedlease_shardset_shards_owned", "fencedlease_shardset_grants_total",
+			"fencedlease_shardset_oldest_unowned_since_timestamp_seconds"} {
+			for _, set := range sets {
+				_, ok := harness.Sample(fams, name, map[string]string{"namespace": ns, "name": set.Name})
+				g.Expect(ok).To(BeFalse(), "%s of the deleted FencedShardSet %s is still served", name, set.Name)
+			}
+		}
+	}).WithTimeout(timeout).WithPolling(200 * time.Millisecond).Should(Succeed())
 	g.Eventually(func(g Gomega) {
 		fams := scrape(g)
 		for _, name := range []string{"fencedlease_grants_total", "fencedlease_handoffs_total", "fencedlease_fence", "fencedlease_holder",
@@ -252,6 +279,30 @@ func readyPod(t *testing.T, ctx context.Context, ns, name string, readyFor time.
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(testenv.SetReady(ctx, env.Client, pod, time.Now().Add(-readyFor).Truncate(time.Second))).To(Succeed())
 	return pod
+}
+
+// shardSets creates FencedShardSet work, whose 4 shards go to a ready pod
+// w, and FencedShardSet idle, whose 2 shards no pod is selected for.
+func shardSets(t *testing.T, ctx context.Context, ns string) []*fencingv1alpha1.FencedShardSet {
+	t.Helper()
+	g := NewWithT(t)
+	sharded := map[string]string{"app": "sharded"}
+	pod, err := testenv.CreatePod(ctx, env.Client, testenv.Pod{Namespace: ns, Name: "w", Labels: sharded, ServiceAccount: "default"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(testenv.SetReady(ctx, env.Client, pod, time.Now().Add(-time.Minute).Truncate(time.Second))).To(Succeed())
+	var out []*fencingv1alpha1.FencedShardSet
+	for _, s := range []struct {
+		name   string
+		labels map[string]string
+		shards int32
+	}{{"work", sharded, 4}, {"idle", map[string]string{"app": "nobody"}, 2}} {
+		set := &fencingv1alpha1.FencedShardSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: s.name},
+			Spec: fencingv1alpha1.FencedShardSetSpec{Selector: metav1.LabelSelector{MatchLabels: s.labels}, Shards: s.shards,
+				LeaseDurationSeconds: 5, JoinDelaySeconds: ptr.To[int32](0)}}
+		g.Expect(env.Client.Create(ctx, set)).To(Succeed())
+		out = append(out, set)
+	}
+	return out
 }
 
 // waitHolder waits for a committed holder, published to its pod, with a
