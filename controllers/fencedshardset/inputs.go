@@ -3,8 +3,6 @@ package fencedshardset
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -74,16 +72,7 @@ func (s *scope) result() ctrl.Result {
 }
 
 // Keys returns the shards of a set, in order.
-func Keys(set *fencingv1alpha1.FencedShardSet) []string {
-	if len(set.Spec.Keys) > 0 {
-		return slices.Clone(set.Spec.Keys)
-	}
-	keys := make([]string, set.Spec.Shards)
-	for i := range keys {
-		keys[i] = strconv.Itoa(i)
-	}
-	return keys
-}
+func Keys(set *fencingv1alpha1.FencedShardSet) []string { return set.ShardKeys() }
 
 // readInputs reads the pods (from the cache) and then the shards' Leases
 // (from the API server), and plans the owner of every shard.

@@ -3,8 +3,6 @@ package protected
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strconv"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -104,17 +102,8 @@ func shardGrantOn(l *coordinationv1.Lease, set *fencingv1alpha1.FencedShardSet) 
 	return g
 }
 
-// isShard says whether key names a shard of the set: one of spec.keys, or,
-// when the set counts its shards, a number below spec.shards written as the
-// operator writes it ("0" to "<shards-1>": decimal, without a sign or a
-// leading zero), so that "07" or "+7" is not taken for shard "7".
-func isShard(set *fencingv1alpha1.FencedShardSet, key string) bool {
-	if len(set.Spec.Keys) > 0 {
-		return slices.Contains(set.Spec.Keys, key)
-	}
-	n, err := strconv.ParseInt(key, 10, 64)
-	return err == nil && n >= 0 && n < int64(set.Spec.Shards) && strconv.FormatInt(n, 10) == key
-}
+// isShard says whether key names a shard of the set.
+func isShard(set *fencingv1alpha1.FencedShardSet, key string) bool { return set.HasShard(key) }
 
 // getFencedShardSet reads a FencedShardSet; nil when it does not exist.
 func getFencedShardSet(ctx context.Context, r client.Reader, key types.NamespacedName) (*fencingv1alpha1.FencedShardSet, error) {
