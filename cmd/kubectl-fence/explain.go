@@ -8,13 +8,17 @@ import (
 	"regexp"
 	"strings"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 	rules "github.com/fencedlease/fencedlease/internal/fencing"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // explanation is what a denial reason means and what to do about it.
@@ -25,6 +29,10 @@ type explanation struct {
 	why, todo string
 }
 
+// protector matches how a denial names what protects the object: a
+// FencedLease, or a shard of a FencedShardSet.
+const protector = `(?:FencedLease "[^"]*"|shard "[^"]*" of FencedShardSet "[^"]*")`
+
 // explanations cover every reason the fencing webhook denies with, in the
 // order their messages are told apart.
 var explanations = []explanation{
@@ -34,10 +42,10 @@ var explanations = []explanation{
 	{rules.ReasonSubresourceMetadata, regexp.MustCompile(`write cannot change annotation fencedlease\.io/fence`),
 		"a subresource write (status, scale) would change the object's stored fence: only a write of the object itself moves it",
 		"leave the fencedlease.io/fence annotation as it is on subresource writes; the holder moves it by writing the object with its fence"},
-	{rules.ReasonOwnerUnprotected, regexp.MustCompile(`owner .* is not protected by FencedLease`),
+	{rules.ReasonOwnerUnprotected, regexp.MustCompile(`owner .* is not protected by ` + protector),
 		"the write gives the protected object an owner that is neither its FencedLease nor an object that FencedLease protects: deleting that owner, which needs no fence, would make the garbage collector delete this object",
 		"own the object by the FencedLease itself, or by an object of a protected resource labelled fencedlease.io/protected-by with the same FencedLease; or leave the ownerReference out"},
-	{rules.ReasonInvalidLabel, regexp.MustCompile(`label fencedlease\.io/protected-by must name a FencedLease`),
+	{rules.ReasonInvalidLabel, regexp.MustCompile(`label fencedlease\.io/protected-by must name a (?:FencedLease|FencedShardSet)|label fencedlease\.io/shard must name a shard`),
 		"the protected-by label is empty",
 		"set the label to the name of a FencedLease in the object's namespace"},
 	{rules.ReasonMissingFence, regexp.MustCompile(`no fencedlease\.io/fence annotation`),
@@ -52,19 +60,22 @@ var explanations = []explanation{
 	{rules.ReasonObjectFenceRegression, regexp.MustCompile(`the object was last written with fence \d+`),
 		"the object was last written with a higher fence than this write carries: a newer holder has written it since",
 		"this writer's grant is over; stop writing, and read the object again (and the token file) before acting as holder"},
-	{rules.ReasonStaleFence, regexp.MustCompile(`stale holder: FencedLease "[^"]*" is at fence \d+`),
+	{rules.ReasonStaleFence, regexp.MustCompile(`stale holder: ` + protector + ` is at fence \d+`),
 		"the write carries an older fence than the FencedLease's current one: the writer is a stale holder (paused, partitioned, or it missed that it lost the lease)",
 		"nothing to repair: fencing did its job. Make the workload stop when its token file says standby (fence run, or fence.Session in Go, do that) and check why it kept writing"},
-	{rules.ReasonUnknownFence, regexp.MustCompile(`unknown fence: FencedLease "[^"]*" is at fence \d+|carries fence \d+, which FencedLease "[^"]*" never granted`),
+	{rules.ReasonUnknownFence, regexp.MustCompile(`unknown fence: ` + protector + ` is at fence \d+|carries fence \d+, which ` + protector + ` never granted`),
 		"the write carries a fence higher than any the FencedLease ever granted (it was not read from a token file), or the object to delete carries one (written by a break-glass user, or the storage was restored)",
 		"use the pod's own token; a made-up or copied number is rejected. For a delete, ask a break-glass user to repair or delete the object"},
-	{rules.ReasonLeaseNotFound, regexp.MustCompile(`FencedLease "[^"]*" not found in namespace`),
-		"the protected-by label names a FencedLease that does not exist in the object's namespace",
-		"create the FencedLease, or fix the label"},
-	{rules.ReasonNoHolder, regexp.MustCompile(`FencedLease "[^"]*" has no holder`),
+	{rules.ReasonLeaseNotFound, regexp.MustCompile(`(?:FencedLease|FencedShardSet) "[^"]*" not found in namespace`),
+		"the protected-by label names a FencedLease (or, with the shard label, a FencedShardSet) that does not exist in the object's namespace",
+		"create the FencedLease (or FencedShardSet), or fix the label"},
+	{rules.ReasonUnknownShard, regexp.MustCompile(`FencedShardSet "[^"]*" has no shard "[^"]*"`),
+		"the shard label names a key that is not one of the set's shards (spec.shards counts them \"0\" to \"N-1\"; spec.keys lists them), or the set shrank and no longer has it",
+		"fix the fencedlease.io/shard label (a break-glass user may change it), or give the set that shard"},
+	{rules.ReasonNoHolder, regexp.MustCompile(protector + ` has no holder`),
 		"nobody holds the lease at the moment (a takeover is waiting for the old grant to expire, or no candidate is ready)",
 		"wait for the next holder: kubectl fence status NAME says what the lease waits for"},
-	{rules.ReasonNotHolder, regexp.MustCompile(`pod \S+ is not the holder of FencedLease`),
+	{rules.ReasonNotHolder, regexp.MustCompile(`pod \S+ is not the holder of ` + protector),
 		"the writer is a pod, but not the current holder: a standby, or a former holder",
 		"only the holder writes; a standby waits for its token file to say holder (fence run does)"},
 	{rules.ReasonWriteNotPod, regexp.MustCompile(`is not a pod: only the holder pod`),
@@ -142,6 +153,10 @@ func explainObject(ctx context.Context, o options, out io.Writer, secret bool, n
 	if stored == "" {
 		stored = "none"
 	}
+	if shard, sharded := obj.GetLabels()[fencingv1alpha1.LabelShard]; sharded {
+		fmt.Fprintf(out, "%s %s is protected by shard %q of FencedShardSet %q; last written with fence %s.\n", kind, key, shard, lease, stored)
+		return explainShard(ctx, c, o, out, lease, shard)
+	}
 	fmt.Fprintf(out, "%s %s is protected by FencedLease %q; last written with fence %s.\n", kind, key, lease, stored)
 	fl := &fencingv1alpha1.FencedLease{}
 	switch err := c.Get(ctx, types.NamespacedName{Namespace: o.namespace, Name: lease}, fl); {
@@ -157,5 +172,35 @@ func explainObject(ctx context.Context, o options, out io.Writer, secret bool, n
 	}
 	_, err = fmt.Fprintf(out, "Only pod %s, the holder, may write it now, with the annotation %s: \"%d\"; writes with a lower fence are stale (%s), from other pods %s, from non-pods %s.\n",
 		fl.Status.Holder.PodName, fencingv1alpha1.AnnotationFence, fl.Status.Fence, rules.ReasonStaleFence, rules.ReasonNotHolder, rules.ReasonWriteNotPod)
+	return err
+}
+
+// explainShard says who may write an object of a shard now: the owner of
+// the shard's grant, as its Lease records it.
+func explainShard(ctx context.Context, c client.Client, o options, out io.Writer, name, shard string) error {
+	set := &fencingv1alpha1.FencedShardSet{}
+	switch err := c.Get(ctx, types.NamespacedName{Namespace: o.namespace, Name: name}, set); {
+	case apierrors.IsNotFound(err):
+		_, err := fmt.Fprintf(out, "FencedShardSet %q does not exist in namespace %s: every write is denied (%s) until it does.\n", name, o.namespace, rules.ReasonLeaseNotFound)
+		return err
+	case err != nil:
+		return fmt.Errorf("get FencedShardSet %s/%s: %w", o.namespace, name, err)
+	}
+	if !set.HasShard(shard) {
+		_, err := fmt.Fprintf(out, "FencedShardSet %q has no shard %q: every write is denied (%s).\n", name, shard, rules.ReasonUnknownShard)
+		return err
+	}
+	l := &coordinationv1.Lease{}
+	lease := types.NamespacedName{Namespace: o.namespace, Name: record.ShardLeaseName(name, shard)}
+	if err := c.Get(ctx, lease, l); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("get Lease %s of shard %q: %w", lease, shard, err)
+	}
+	rec := record.ParseLease(l.Annotations)
+	if !metav1.IsControlledBy(l, set) || !rec.Held() {
+		_, err := fmt.Fprintf(out, "Shard %q has no owner now: every write is denied (%s) until a pod is granted it (kubectl fence shards %s).\n", shard, rules.ReasonNoHolder, name)
+		return err
+	}
+	_, err := fmt.Fprintf(out, "Only pod %s, the shard's owner, may write it now, with the annotation %s: \"%d\"; writes with a lower fence are stale (%s), from other pods %s, from non-pods %s.\n",
+		ptr.Deref(l.Spec.HolderIdentity, ""), fencingv1alpha1.AnnotationFence, rec.Fence, rules.ReasonStaleFence, rules.ReasonNotHolder, rules.ReasonWriteNotPod)
 	return err
 }

@@ -53,6 +53,22 @@ func TestExplainRecognizesEveryDenial(t *testing.T) {
 		{rules.ReasonDeleteNotPod, req(rules.Delete, obj("db", fence("41")), nil, rules.Caller{Username: "alice"}), held},
 		{rules.ReasonDeleteOlderWrite, req(rules.Delete, obj("db", fence("40")), nil, holder), held},
 	}
+	// The same requests for objects of shard "7" of FencedShardSet "db",
+	// whose messages name the shard; and a shard the set does not have.
+	for _, tt := range tests[:len(tests):len(tests)] {
+		r := tt.r
+		r.Old, r.New = inShard(r.Old), inShard(r.New)
+		tests = append(tests, struct {
+			reason rules.Reason
+			r      rules.Request
+			lease  rules.Lease
+		}{tt.reason, r, tt.lease})
+	}
+	tests = append(tests, struct {
+		reason rules.Reason
+		r      rules.Request
+		lease  rules.Lease
+	}{rules.ReasonUnknownShard, req(rules.Create, nil, inShard(obj("db", fence("41"))), holder), rules.Lease{NoShard: true}})
 	g := NewWithT(t)
 	covered := map[rules.Reason]bool{}
 	for _, tt := range tests {
@@ -70,4 +86,18 @@ func TestExplainRecognizesEveryDenial(t *testing.T) {
 	}
 	_, ok := explain(`admission webhook "something.else" denied the request: no`)
 	g.Expect(ok).To(BeFalse())
+}
+
+// inShard puts a copy of the object in shard "7" of the set its
+// protected-by label names.
+func inShard(o *rules.Object) *rules.Object {
+	if o == nil {
+		return nil
+	}
+	c := *o
+	c.Labels = map[string]string{fencingv1alpha1.LabelShard: "7"}
+	for k, v := range o.Labels {
+		c.Labels[k] = v
+	}
+	return &c
 }

@@ -13,10 +13,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-const usage = `kubectl fence: see and steer FencedLeases.
+const usage = `kubectl fence: see and steer FencedLeases and FencedShardSets.
 
 Usage:
   kubectl fence status [NAME] [-n NAMESPACE | -A]   leases, holders, fences, time to expiry, renewal mode
+  kubectl fence shards NAME [-n NAMESPACE]         a FencedShardSet: its pods' shares, and each shard's owner, fence and state
   kubectl fence handoff NAME [--wait=false] [--timeout=2m]
                                                    hand the grant over to another eligible candidate
   kubectl fence explain-denial MESSAGE|configmap/NAME|secret/NAME
@@ -48,7 +49,7 @@ type options struct {
 }
 
 // errUsage is a command line that names no command.
-var errUsage = errors.New("a command is needed: status, handoff or explain-denial (kubectl fence --help)")
+var errUsage = errors.New("a command is needed: status, shards, handoff or explain-denial (kubectl fence --help)")
 
 // run parses the command line, connects to the cluster as kubectl would, and
 // runs the command.
@@ -98,11 +99,13 @@ func run(ctx context.Context, argv []string, out io.Writer) error {
 	switch o.command {
 	case "status":
 		return status(ctx, o, out)
+	case "shards":
+		return shards(ctx, o, out)
 	case "handoff":
 		return handoff(ctx, o, out)
 	case "explain-denial":
 		return explainDenial(ctx, o, out)
 	default:
-		return fmt.Errorf("unknown command %q: want status, handoff or explain-denial", o.command)
+		return fmt.Errorf("unknown command %q: want status, shards, handoff or explain-denial", o.command)
 	}
 }
