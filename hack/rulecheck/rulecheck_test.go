@@ -259,7 +259,8 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 	for _, n := range []string{"fencedlease_holder", "fencedlease_fence", "fencedlease_handoffs_total", "fencedlease_acquisition_wait_seconds_bucket",
-		"fencedlease_webhook_decisions_total", "fencedlease_certificate_expiry_timestamp_seconds"} {
+		"fencedlease_webhook_decisions_total", "fencedlease_certificate_expiry_timestamp_seconds", "fencedlease_shardset_shards_owned",
+		"fencedlease_shardset_oldest_unowned_since_timestamp_seconds"} {
 		if !used[n] {
 			t.Errorf("no panel shows %s", n)
 		}
