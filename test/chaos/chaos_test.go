@@ -51,7 +51,10 @@ func TestChaos(t *testing.T) {
 	g.Expect(w.setup()).To(Succeed())
 	checker, err := testenv.WatchHoldersWith(ctx, w.ns, cp.follow)
 	g.Expect(err).NotTo(HaveOccurred())
+	shardChecker, err := testenv.WatchShardsWith(ctx, w.ns, cp.follow)
+	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(recordHistory(ctx, cp.follow, w.ns, rec)).To(Succeed())
+	g.Expect(w.recordShardLeases()).To(Succeed())
 
 	ops := newOperators(ctx, operatorConfig, w.ns, &env.WebhookInstallOptions,
 		setup.WebhookOptions{OperatorUsers: []string{testenv.OperatorUser}, BreakGlassUsers: []string{breakGlassUser}}, rec, cfg.Seed)
@@ -71,6 +74,8 @@ func TestChaos(t *testing.T) {
 	g.Expect(w.startPods()).To(Succeed())
 	g.Eventually(func() []string { return w.unheld() }).WithTimeout(60*time.Second).WithPolling(100*time.Millisecond).
 		Should(BeEmpty(), "every lease has a holder before the faults start")
+	g.Eventually(func() []string { return w.unownedShards() }).WithTimeout(60*time.Second).WithPolling(100*time.Millisecond).
+		Should(BeEmpty(), "every shard has an owner before the faults start")
 
 	progress := w.progress(t, 30*time.Second)
 	err = injectAll(ctx, w, ops, time.Now().Add(cfg.Duration))
@@ -79,6 +84,12 @@ func TestChaos(t *testing.T) {
 		// Lease too (re-created once its grant was over).
 		g.Eventually(func() []string { return w.unheld() }).WithTimeout(30*time.Second).WithPolling(100*time.Millisecond).
 			Should(BeEmpty(), func() string { return "every lease has a holder again once the faults healed:\n" + w.describeUnheld() })
+	}
+	// Liveness of the shards: once the faults healed, every shard is owned
+	// again (a Safe move waits out the lease; a join delay may pass first).
+	var unowned []string
+	if err == nil {
+		unowned = w.awaitShardsOwned(30 * time.Second)
 	}
 	close(w.stop)
 	w.procs.Wait()
@@ -89,14 +100,19 @@ func TestChaos(t *testing.T) {
 	// The watches deliver the last versions a moment after the reads.
 	g.Eventually(func() []string { return w.behind() }).WithTimeout(30 * time.Second).WithPolling(50 * time.Millisecond).Should(BeEmpty())
 	h := rec.History()
+	moves := w.shardMoves()
 
 	dir, keep := artifacts(t)
 	result, err := Check(h, CheckOptions{Window: cfg.Window, LinearizabilityTimeout: 5 * time.Minute,
 		Visualization: filepath.Join(dir, "porcupine.html")})
 	g.Expect(err).NotTo(HaveOccurred())
 	result.Violations = append(result.Violations, checker.Violations()...)
+	result.Violations = append(result.Violations, shardChecker.Violations()...)
+	if len(unowned) > 0 {
+		result.Violations = append(result.Violations, fmt.Sprintf("shards %v have no owner 30s after the faults healed:\n%s", unowned, w.describeUnowned(unowned)))
+	}
 	result.Violations = append(result.Violations, w.checkServices()...)
-	for _, gap := range []string{"pods", "fencedleases", "*"} {
+	for _, gap := range []string{"pods", "fencedleases", "shard-leases", "*"} {
 		if h.Gaps[gap] {
 			result.Violations = append(result.Violations, "the watch of "+gap+" lost events: the history is incomplete")
 		}
@@ -105,8 +121,9 @@ func TestChaos(t *testing.T) {
 	lags := view.lags(h, cfg.Window)
 	t.Log(s.String())
 	t.Log(lags)
+	t.Log(moves)
 	if path := os.Getenv("CHAOS_REPORT"); path != "" {
-		g.Expect(os.WriteFile(path, []byte(s.String()+"  "+lags+"\n"), 0o600)).To(Succeed())
+		g.Expect(os.WriteFile(path, []byte(s.String()+"  "+lags+"\n  "+moves+"\n"), 0o600)).To(Succeed())
 	}
 	if len(result.Violations) > 0 || keep {
 		g.Expect(WriteHistory(h, filepath.Join(dir, "history.json"))).To(Succeed())
@@ -129,6 +146,10 @@ func TestChaos(t *testing.T) {
 	g.Expect(s.BeliefHandoffs).To(BeNumerically(">=", cfg.MinBeliefHandoffs), "no renewal Holder handoff: no holder process's belief passed to another pod")
 	g.Expect(s.Released).To(BeNumerically(">=", cfg.MinReleases), "no grant was released")
 	g.Expect(s.StatusAttacks).To(BeNumerically(">", 0), "no status write tried to change a protected object's metadata")
+	g.Expect(s.Shards.Accepted).To(BeNumerically(">", 0), "no shard write was accepted")
+	g.Expect(s.Shards.BySource["stale"]).To(BeNumerically(">", 0), "no stale shard write")
+	g.Expect(s.Shards.StaleRejections()).To(BeNumerically(">", 0), "no stale or impostor shard write was fenced off")
+	g.Expect(s.Shards.Moves).To(BeNumerically(">=", cfg.MinShardMoves), "too few shard moves")
 	for _, k := range faultKinds {
 		g.Expect(s.Faults).To(HaveKey(k.name), "fault %s never injected", k.name)
 	}
@@ -263,5 +284,19 @@ func (w *world) describeRecreates(b *strings.Builder, name string) {
 		if strings.HasPrefix(f.Kind, faultRecreate) && (f.Target == name || strings.HasPrefix(f.Target, name+" ")) {
 			fmt.Fprintf(b, "  at %s %s %s\n", f.At.Round(time.Millisecond), f.Kind, f.Target)
 		}
+	}
+}
+
+// awaitShardsOwned waits up to d for every shard to be published to a pod
+// again, and returns those still without an owner then: a violation of
+// liveness, which the caller reports.
+func (w *world) awaitShardsOwned(d time.Duration) []string {
+	deadline := time.Now().Add(d)
+	for {
+		unowned := w.unownedShards()
+		if len(unowned) == 0 || time.Now().After(deadline) || w.ctx.Err() != nil {
+			return unowned
+		}
+		sleep(w.ctx, 100*time.Millisecond)
 	}
 }

@@ -59,6 +59,7 @@ func Check(h *History, o CheckOptions) (*Result, error) {
 	r := &Result{MinBeliefGap: -1}
 	checkAuthority(h, o, r)
 	checkNewerGrant(h, o, r)
+	checkShardGrants(h, r)
 	checkApplyOrder(h, r)
 	checkBeliefs(h, r)
 	checkReleases(h, r)

@@ -29,6 +29,24 @@ type runConfig struct {
 	// was not explored (no holder process's belief passed to another pod,
 	// or no grant was released).
 	MinBeliefHandoffs, MinReleases int
+	// ShardSets are the FencedShardSets of the run, with candidates of
+	// their own; MinShardMoves is the fewest shard moves (a shard published
+	// to another pod than before) a run must make.
+	ShardSets     []shardSetConfig
+	MinShardMoves int
+}
+
+// shardSetConfig is one FencedShardSet and its candidates: shards "0" to
+// Shards-1, each protecting one ConfigMap (shardObject).
+type shardSetConfig struct {
+	Name     string
+	Takeover fencingv1alpha1.TakeoverPolicy
+	Duration int32 // leaseDurationSeconds
+	// JoinDelay is joinDelaySeconds: short, so that a replacement pod
+	// takes shards from the others soon and shards move for balance too.
+	JoinDelay int32
+	Shards    int32
+	Pods      int
 }
 
 // leaseConfig is one FencedLease, its candidates and its protected objects.
@@ -88,5 +106,12 @@ func loadConfig() (runConfig, error) {
 	c.MinHandoffs = max(8, int(c.Duration/(8*time.Second)))
 	c.MinAttempts = max(100, int(c.Duration/time.Second)*2)
 	c.MinBeliefHandoffs, c.MinReleases = 1, 1
+	// Two shard sets, one per takeover policy, with short leases and join
+	// delays so that shards move often.
+	c.ShardSets = []shardSetConfig{
+		{Name: "ss-safe", Takeover: fencingv1alpha1.TakeoverSafe, Duration: 2, JoinDelay: 3, Shards: 6, Pods: 3},
+		{Name: "ss-imm", Takeover: fencingv1alpha1.TakeoverImmediate, Duration: 2, JoinDelay: 3, Shards: 8, Pods: 3},
+	}
+	c.MinShardMoves = max(4, int(c.Duration/(10*time.Second)))
 	return c, nil
 }

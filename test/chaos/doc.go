@@ -23,6 +23,20 @@
 // returned to the earlier of the noticed end and the grant's deadline; no two
 // beliefs of a lease may overlap, not even by a millisecond.
 //
+// Two FencedShardSets (takeover Safe and Immediate, a few shards each, each
+// shard protecting one ConfigMap) have candidate pods of their own, with a
+// service account of their own, which the pod faults hit too (deleted and
+// replaced, not ready, their node lost). Each runs a "shard process" that
+// acts as its pod: it learns its shards from its pod's annotation
+// fencedlease.io/shards, read at random intervals of up to 2s, as the
+// kubelet projects it to /etc/fencedlease/shards, and acts on that view
+// until the next read; it writes the object of each shard it believes it
+// owns with the shard's fence, some writes after a pause with the fences it
+// had, and now and then as an impostor: with another pod's fence of a
+// shard, or with the fence of one of its shards on another shard's object.
+// The history records the shards published on each pod and the grants each
+// shard's Lease committed, beside the FencedLeases'.
+//
 // Every write attempt is recorded with its call and return time and outcome,
 // along with the holders as the API server published them, and the history
 // is checked afterwards: per object against a porcupine model of a fenced
@@ -31,6 +45,16 @@
 // accepted from a pod that did not hold that fence, none with an older fence
 // once a newer one was granted, never two published holders), and the
 // beliefs against each other (never two pods believing they hold at once).
+// A shard is checked as a lease, named "<set>/<key>" in the history: every
+// accepted write to its object came from the pod published as its owner
+// with that fence, none with an older fence once a newer grant of the shard
+// was seen, its object is a fenced register in porcupine's model, its
+// Lease's committed grants have growing fences, one fence to one pod, and
+// testenv.ShardChecker follows the publications (never two owners of a
+// shard at once, its fence never going down). Once the faults healed, every
+// shard must be published to an owner again within 30s (liveness), or the
+// run reports a violation. The report counts the shard writes and moves on
+// a line of their own; the other figures are the FencedLeases'.
 //
 // The run plays on envtest's kube-apiserver and etcd, or, with
 // CHAOS_CONTROL_PLANE=ha (make chaos HA=1), on the HA control plane of

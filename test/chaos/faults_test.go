@@ -52,6 +52,10 @@ var faultKinds = []struct {
 	{faultWebhookLag, 2}, {faultRecreate, 1},
 }
 
+// shardFaultChance is the share of the faults at pods (deleted, not
+// ready, their node lost) that hit a shard set's candidate.
+const shardFaultChance = 0.4
+
 // injector draws faults from the seeded PRNG until the deadline. Every
 // choice (kind, target, durations, gaps) is the PRNG's; what the fault hits
 // depends on the state it finds (which pod holds a lease now), so a seed
@@ -133,15 +137,38 @@ func (in *injector) plan(kind string) func(context.Context) error {
 	nodeIndex := rng.IntN(len(w.cfg.Nodes))
 	replacement := rng.Uint64()
 	kindIndex, onSecondary := rng.IntN(len(lagKinds)), rng.IntN(2) == 0
+	// A fault at a pod hits a shard set's candidate instead with
+	// shardFaultChance (its node, for a lost node).
+	onShards := rng.Float64() < shardFaultChance && len(w.shardSets) > 0
+	var ss *shardSet
+	var shardSlot *slot
+	if len(w.shardSets) > 0 {
+		ss = w.shardSets[rng.IntN(len(w.shardSets))]
+		shardSlot = ss.slots[rng.IntN(len(ss.slots))]
+	}
 	switch kind {
 	case faultPodDelete:
-		return func(ctx context.Context) error { return in.deletePod(ctx, l, target(), a, replacement) }
+		if onShards {
+			return func(ctx context.Context) error {
+				return in.deletePod(ctx, shardSlot, a, replacement, func(node string) error { return w.replaceShardPod(ss, shardSlot, node) })
+			}
+		}
+		return func(ctx context.Context) error {
+			s := target()
+			return in.deletePod(ctx, s, a, replacement, func(node string) error { return w.replace(l, s, node) })
+		}
 	case faultNotReady:
+		if onShards {
+			return func(ctx context.Context) error { return in.notReady(ctx, shardSlot, b) }
+		}
 		return func(ctx context.Context) error { return in.notReady(ctx, target(), b) }
 	case faultNodeLost:
 		return func(ctx context.Context) error {
 			node := w.cfg.Nodes[nodeIndex]
-			if atHolder {
+			switch {
+			case onShards:
+				node = w.pod(shardSlot).Spec.NodeName
+			case atHolder:
 				if s := w.holderSlot(l); s != nil {
 					node = w.pod(s).Spec.NodeName
 				}
@@ -320,8 +347,8 @@ func createOutcome(err error, fl *fencingv1alpha1.FencedLease, created bool) str
 
 // deletePod deletes the slot's pod as a node drain would: gracefully first
 // (it keeps running, terminating, and is no longer eligible), then for good
-// after grace; a replacement with a new name starts on a live node.
-func (in *injector) deletePod(ctx context.Context, l *lease, s *slot, grace time.Duration, seed uint64) error {
+// after grace; replace starts a replacement with a new name on a live node.
+func (in *injector) deletePod(ctx context.Context, s *slot, grace time.Duration, seed uint64, replace func(node string) error) error {
 	w := in.w
 	w.mu.Lock()
 	if s.deleting {
@@ -344,7 +371,7 @@ func (in *injector) deletePod(ctx context.Context, l *lease, s *slot, grace time
 	if err := ignoreGone(w.admin.Delete(ctx, pod, client.GracePeriodSeconds(0))); err != nil {
 		return fmt.Errorf("delete pod %s for good: %w", pod.Name, err)
 	}
-	return w.replace(l, s, w.liveNode(rand.New(rand.NewPCG(seed, 0))))
+	return replace(w.liveNode(rand.New(rand.NewPCG(seed, 0))))
 }
 
 // notReady fails the pod's readiness for d, as a failing probe would.

@@ -46,10 +46,13 @@ type Attempt struct {
 	Pod     string
 	PodUID  types.UID
 	Lease   string
-	Object  string
-	Fence   int64
-	Value   string
-	Source  Source
+	// Set is the FencedShardSet of a write to a shard's object, whose
+	// Lease is then "<set>/<key>" (ShardName); "" for a FencedLease's.
+	Set    string
+	Object string
+	Fence  int64
+	Value  string
+	Source Source
 	// Call and Return are times since the start of the run, on the test's
 	// monotonic clock.
 	Call, Return time.Duration

@@ -15,9 +15,13 @@ import (
 // match wins; the patterns are fragments that only one message contains.
 var denialReasons = []struct{ fragment, reason string }{
 	{": stale holder: FencedLease ", "stale_fence"},
+	{": stale holder: shard ", "stale_fence"},
 	{": the object was last written with fence ", "object_fence_regression"},
 	{": unknown fence: FencedLease ", "unknown_fence"},
+	{": unknown fence: shard ", "unknown_fence"},
 	{" is not the holder of FencedLease ", "not_holder"},
+	{" is not the holder of shard ", "not_holder"},
+	{" has no shard ", "unknown_shard"},
 	{" has no holder (fence ", "no_holder"},
 	{" not found in namespace ", "lease_not_found"},
 	{" is not a pod: ", "write_not_pod"},
@@ -27,6 +31,9 @@ var denialReasons = []struct{ fragment, reason string }{
 	{" cannot be removed ", "label_changed"},
 	{" cannot be changed to ", "label_changed"},
 	{" must name a FencedLease in the same namespace", "invalid_label"},
+	// The webhook could not read the grant's Lease (its request was
+	// cancelled, the operator stopping): it refuses.
+	{"denied the request: get Lease ", "lease_unread"},
 }
 
 // Classify tells from the error of a write whether it was accepted, certainly

@@ -40,8 +40,11 @@ type Summary struct {
 	// changed nothing, and those of unknown outcome.
 	Releases                           map[string]int
 	Released, LateNoop, ReleaseUnknown int
-	Violations                         int
-	Result                             *Result
+	// Shards counts the writes to the shards' objects and the shards'
+	// moves; the figures above are the FencedLeases' alone.
+	Shards     ShardSummary
+	Violations int
+	Result     *Result
 }
 
 // staleReasons are the denials that prove a stale or impostor writer was
@@ -66,6 +69,9 @@ func (s *Summary) StaleRejections() int {
 func Summarize(seed int64, d time.Duration, h *History, r *Result) *Summary {
 	s := &Summary{Seed: seed, Duration: d, Rejected: map[string]int{}, BySource: map[string]int{}, Faults: h.Faults, Result: r}
 	for _, a := range h.Attempts {
+		if a.Set != "" {
+			continue // counted in s.Shards
+		}
 		s.Attempts++
 		s.BySource[string(a.Source)]++
 		switch a.Outcome {
@@ -82,7 +88,7 @@ func Summarize(seed int64, d time.Duration, h *History, r *Result) *Summary {
 	}
 	fences := map[string]bool{}
 	for _, hd := range h.Holdings {
-		if hd.Via == ViaPod {
+		if hd.Via == ViaPod && !IsShard(hd.Lease) {
 			fences[fmt.Sprintf("%s/%d", hd.Lease, hd.Fence)] = true
 		}
 	}
@@ -112,6 +118,7 @@ func Summarize(seed int64, d time.Duration, h *History, r *Result) *Summary {
 		s.StatusAttempts[a.Change+"/"+string(a.Source)+"/"+a.Reason]++
 		s.StatusAttacks++
 	}
+	s.Shards = summarizeShards(h)
 	s.Violations = len(r.Violations)
 	return s
 }
@@ -126,6 +133,7 @@ func (s *Summary) String() string {
 	fmt.Fprintf(&b, "chaos seed=%d duration=%s: attempts=%d accepted=%d rejected=%d unknown=%d handoffs=%d violations=%d\n",
 		s.Seed, s.Duration.Round(time.Second), s.Attempts, s.Accepted, rejected, s.Unknown, s.Handoffs, s.Violations)
 	fmt.Fprintf(&b, "  rejected by reason: %s\n", counts(s.Rejected))
+	b.WriteString(s.Shards.String())
 	fmt.Fprintf(&b, "  by source: %s\n", counts(s.BySource))
 	fmt.Fprintf(&b, "  faults: %s\n", counts(s.Faults))
 	fmt.Fprintf(&b, "  status writes changing a protected object's metadata: %d; by change/source/reason: %s\n", s.StatusAttacks, counts(s.StatusAttempts))

@@ -15,12 +15,16 @@ import (
 )
 
 // recordHistory watches the namespace for the run's history: the holder published
-// on each pod, the holder each FencedLease's status names, and every version
+// on each pod (the shards published on each candidate of a shard set), the holder each FencedLease's status names, and every version
 // of the protected objects, each stamped with the time it arrived. follow
 // reads them from an API server, or, on the HA control plane, from etcd.
 func recordHistory(ctx context.Context, follow testenv.FollowFunc, ns string, rec *Recorder) error {
 	if err := follow(ctx, ns, &corev1.PodList{}, func() { rec.Gap("pods") }, func(t watch.EventType, o runtime.Object) {
 		pod := o.(*corev1.Pod)
+		if set := pod.Labels[shardSetLabel]; set != "" {
+			recordShards(rec, t, pod, set)
+			return
+		}
 		lease, fence := pod.Annotations[fencingv1alpha1.AnnotationLease], int64(0)
 		if t != watch.Deleted && pod.Annotations[fencingv1alpha1.AnnotationRole] == fencingv1alpha1.RoleHolder {
 			fence = record.FenceOf(pod.Annotations[fencingv1alpha1.AnnotationFence])

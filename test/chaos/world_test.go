@@ -21,7 +21,8 @@ import (
 )
 
 // world is the cluster the run plays in: one namespace, its FencedLeases,
-// their candidate pods (each with its holder process), and the nodes.
+// their candidate pods (each with its holder process), its FencedShardSets,
+// their candidate pods (each with its shard process), and the nodes.
 type world struct {
 	cfg   runConfig
 	ctx   context.Context
@@ -39,9 +40,10 @@ type world struct {
 	stop  chan struct{}
 	procs sync.WaitGroup
 
-	mu     sync.Mutex
-	leases []*lease
-	lost   map[string]bool // nodes lost now
+	mu        sync.Mutex
+	leases    []*lease
+	shardSets []*shardSet
+	lost      map[string]bool // nodes lost now
 }
 
 // lease is a FencedLease and its candidates, one per slot; a slot's pod is
@@ -67,7 +69,8 @@ func candidateLabels(lease string) map[string]string {
 }
 
 // setup creates the namespace, the pods' right to write ConfigMaps (only the
-// webhook stands in the way), the nodes and the FencedLeases.
+// webhook stands in the way), the nodes, the FencedLeases and the
+// FencedShardSets.
 func (w *world) setup() error {
 	ns, err := testenv.Namespace(w.ctx, w.admin, "chaos")
 	if err != nil {
@@ -114,7 +117,7 @@ func (w *world) setup() error {
 		}
 		w.leases = append(w.leases, l)
 	}
-	return nil
+	return w.setupShards()
 }
 
 // fencedLease is the FencedLease of a lease's configuration.
@@ -162,6 +165,9 @@ func (w *world) createObjects(breakGlass client.Client) error {
 			}
 		}
 	}
+	if err := w.createShardObjects(breakGlass); err != nil {
+		return err
+	}
 	return w.createServices(breakGlass)
 }
 
@@ -174,7 +180,7 @@ func (w *world) startPods() error {
 			}
 		}
 	}
-	return nil
+	return w.startShardPods()
 }
 
 // replace creates the slot's next pod on the node, ready since now, and
@@ -265,7 +271,7 @@ func (w *world) readFinal() error {
 			w.rec.Final(Read{Object: o, Fence: fence, Value: cm.Data["value"], ResourceVersion: cm.ResourceVersion, Call: call, Return: w.rec.Now()})
 		}
 	}
-	return nil
+	return w.readFinalShards()
 }
 
 // ignoreGone treats a pod that no longer exists as done with.

@@ -35,11 +35,19 @@ func WatchShards(ctx context.Context, cfg *rest.Config, ns string) (*ShardChecke
 	if err != nil {
 		return nil, err
 	}
+	return WatchShardsWith(ctx, ns, func(ctx context.Context, ns string, list client.ObjectList, gap func(), handle func(watch.EventType, runtime.Object)) error {
+		return Follow(ctx, c, ns, list, gap, handle)
+	})
+}
+
+// WatchShardsWith starts a ShardChecker on the namespace until ctx ends,
+// fed by follow (as WatchHoldersWith is).
+func WatchShardsWith(ctx context.Context, ns string, follow FollowFunc) (*ShardChecker, error) {
 	sc := &ShardChecker{pubs: invariant.NewShardPublications(), shards: map[string]map[string]int64{}, highest: map[string]int64{}}
 	gap := func() {
 		sc.locked(func() { sc.violations = append(sc.violations, "the watch of pods in "+ns+" could not resume") })
 	}
-	err = Follow(ctx, c, ns, &corev1.PodList{}, gap, func(t watch.EventType, o runtime.Object) { sc.observe(t, o.(*corev1.Pod)) })
+	err := follow(ctx, ns, &corev1.PodList{}, gap, func(t watch.EventType, o runtime.Object) { sc.observe(t, o.(*corev1.Pod)) })
 	return sc, err
 }
 
