@@ -30,23 +30,27 @@ type podWrites struct {
 	hold    chan struct{} // when not nil, a write of the shards to pod waits for it to close
 	holding chan struct{} // closed when a write is held
 	held    atomic.Bool
-	last    atomic.Value
+	last    atomic.Value // the outcome of the held write
 }
 
 var errInjected = errors.New("injected: the write of the pod failed")
 
 func (w *podWrites) Patch(ctx context.Context, o client.Object, p client.Patch, opts ...client.PatchOption) error {
+	held := false
 	if o.GetName() == w.pod {
 		if w.fail != nil && w.fail.Load() && strings.Contains(o.GetAnnotations()[record.AnnotationShards], `"0"`) {
 			return errInjected
 		}
 		if w.hold != nil && strings.Contains(o.GetAnnotations()[record.AnnotationShards], `"0"`) && w.held.CompareAndSwap(false, true) {
+			held = true
 			close(w.holding)
 			<-w.hold // paused between its reads and this write
 		}
 	}
 	err := w.Client.Patch(ctx, o, p, opts...)
-	if w.hold != nil && o.GetName() == w.pod {
+	if held {
+		// Only the held write's outcome: the replica's other writes of the
+		// pod (of another set's reconcile) may land meanwhile.
 		w.last.Store(fmt.Sprint(err))
 	}
 	return err
