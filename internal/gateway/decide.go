@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -80,6 +81,7 @@ const (
 	ReasonBadPath         Reason = "bad_path"
 	ReasonSuperseded      Reason = "superseded"
 	ReasonBadBody         Reason = "bad_body"
+	ReasonNoShard         Reason = "no_shard"
 )
 
 // S3 error codes of the gateway's own rejections (besides S3's AccessDenied,
@@ -103,6 +105,7 @@ const (
 	CodeInvalidURI      = "InvalidURI"
 	CodeInvalidRequest  = "InvalidRequest"
 	CodeNoSuchKey       = "NoSuchKey"
+	CodeNoSuchShard     = "NoSuchShard"
 )
 
 // Decision is the answer to a request.
@@ -140,37 +143,39 @@ func (w Write) String() string { return w.Bucket + "/" + w.Key }
 // committed grant read from the API server just now; grantErr says why
 // there is none.
 func Admit(w Write, c Caller, fenceHeader string, grant Grant, grantErr error) Decision {
-	fl := w.Route.String()
+	fl := w.Route.Lock()
 	if c.Namespace != w.Route.Namespace {
 		return deny(http.StatusForbidden, CodeAccessDenied, ReasonWrongNamespace,
-			"write to %s denied: %s is routed to FencedLease %s, and user %s is not a service account of namespace %s", w, w, fl, c.Username, w.Route.Namespace)
+			"write to %s denied: %s is routed to %s, and user %s is not a service account of namespace %s", w, w, fl, c.Username, w.Route.Namespace)
 	}
 	if fenceHeader == "" {
 		return deny(http.StatusBadRequest, CodeMissingFence, ReasonMissingFence,
-			"write to %s denied: it carries no %s header; FencedLease %s protects it", w, HeaderFence, fl)
+			"write to %s denied: it carries no %s header; %s protects it", w, HeaderFence, fl)
 	}
 	f, err := record.ParseFence(fenceHeader)
 	if err != nil {
-		return deny(http.StatusBadRequest, CodeInvalidFence, ReasonMalformedFence, "write to %s denied: header %s: %v (FencedLease %s)", w, HeaderFence, err, fl)
+		return deny(http.StatusBadRequest, CodeInvalidFence, ReasonMalformedFence, "write to %s denied: header %s: %v (%s)", w, HeaderFence, err, fl)
 	}
 	d := Decision{Fence: f}
 	switch {
+	case errors.Is(grantErr, ErrNoShard):
+		d = deny(http.StatusBadRequest, CodeNoSuchShard, ReasonNoShard, "write to %s with fence %d denied: %v", w, f, grantErr)
 	case grantErr != nil:
-		d = deny(http.StatusForbidden, CodeNoHolder, ReasonNoHolder, "write to %s with fence %d denied: FencedLease %s has no holder: %v", w, f, fl, grantErr)
+		d = deny(http.StatusForbidden, CodeNoHolder, ReasonNoHolder, "write to %s with fence %d denied: %s has no holder: %v", w, f, fl, grantErr)
 	case f < grant.Fence:
 		d = deny(http.StatusForbidden, CodeStaleFence, ReasonStaleFence,
-			"write to %s with fence %d denied: stale fence, FencedLease %s is held with fence %d by pod %s", w, f, fl, grant.Fence, grant.HolderPod)
+			"write to %s with fence %d denied: stale fence, %s is held with fence %d by pod %s", w, f, fl, grant.Fence, grant.HolderPod)
 		d.StaleWrite = c.PodUID != ""
 	case f > grant.Fence:
 		d = deny(http.StatusForbidden, CodeUnknownFence, ReasonUnknownFence,
-			"write to %s with fence %d denied: FencedLease %s never granted it, its current fence is %d", w, f, fl, grant.Fence)
+			"write to %s with fence %d denied: %s never granted it, its current fence is %d", w, f, fl, grant.Fence)
 	case c.PodUID == "":
 		d = deny(http.StatusForbidden, CodeNotHolder, ReasonNotHolder,
-			"write to %s with fence %d denied: user %s is not a pod (a token bound to a pod is needed); FencedLease %s is held with fence %d by pod %s",
+			"write to %s with fence %d denied: user %s is not a pod (a token bound to a pod is needed); %s is held with fence %d by pod %s",
 			w, f, c.Username, fl, grant.Fence, grant.HolderPod)
 	case c.PodUID != grant.HolderUID:
 		d = deny(http.StatusForbidden, CodeNotHolder, ReasonNotHolder,
-			"write to %s with fence %d denied: pod %s (UID %s) is not the holder, FencedLease %s is held with fence %d by pod %s (UID %s)",
+			"write to %s with fence %d denied: pod %s (UID %s) is not the holder, %s is held with fence %d by pod %s (UID %s)",
 			w, f, c.PodName, c.PodUID, fl, grant.Fence, grant.HolderPod, grant.HolderUID)
 		d.StaleWrite = true
 	default:
@@ -192,12 +197,12 @@ func CheckStored(w Write, f int64, stored string) Decision {
 	s, err := record.ParseFence(stored)
 	if err != nil {
 		return deny(http.StatusConflict, CodeStoredFenceBad, ReasonStoredFenceBad,
-			"write to %s with fence %d denied: the object's stored fence (x-amz-meta-%s) is invalid: %v; FencedLease %s; repair or remove the object",
-			w, f, MetaFence, err, w.Route)
+			"write to %s with fence %d denied: the object's stored fence (x-amz-meta-%s) is invalid: %v; %s; repair or remove the object",
+			w, f, MetaFence, err, w.Route.Lock())
 	}
 	if s > f {
 		d := deny(http.StatusForbidden, CodeStaleFence, ReasonObjectFence,
-			"write to %s with fence %d denied: the object was written with fence %d, a newer grant of FencedLease %s", w, f, s, w.Route)
+			"write to %s with fence %d denied: the object was written with fence %d, a newer grant of %s", w, f, s, w.Route.Lock())
 		d.Fence, d.StaleWrite = f, true
 		return d
 	}
@@ -210,7 +215,7 @@ func CheckStored(w Write, f int64, stored string) Decision {
 // does not wait behind a stale upload, and the stale one is not written.
 func Superseded(w Write, f, newer int64) Decision {
 	d := deny(http.StatusForbidden, CodeStaleFence, ReasonSuperseded,
-		"write to %s with fence %d denied: a write with fence %d, a newer grant of FencedLease %s, arrived while it was in flight (nothing was written)", w, f, newer, w.Route)
+		"write to %s with fence %d denied: a write with fence %d, a newer grant of %s, arrived while it was in flight (nothing was written)", w, f, newer, w.Route.Lock())
 	d.Fence, d.StaleWrite = f, true
 	return d
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -18,7 +19,8 @@ type Grant struct {
 	// HolderPod and HolderUID name the holder pod.
 	HolderPod string
 	HolderUID types.UID
-	// OwnerUID is the UID of the FencedLease that controls the Lease.
+	// OwnerUID is the UID of the FencedLease (or FencedShardSet) that
+	// controls the Lease.
 	OwnerUID types.UID
 }
 
@@ -35,6 +37,45 @@ func ReadGrant(lease *coordinationv1.Lease, name string) (Grant, error) {
 	if owner == nil || owner.Kind != "FencedLease" || owner.APIVersion != fencingv1alpha1.GroupVersion.String() || owner.Name != name {
 		return Grant{}, fmt.Errorf("the Lease %s/%s is not controlled by FencedLease %s", lease.Namespace, lease.Name, name)
 	}
+	g, err := heldGrant(lease)
+	if err != nil {
+		return Grant{}, err
+	}
+	g.OwnerUID = owner.UID
+	return g, nil
+}
+
+// ErrNoShard says that a key is not one of a FencedShardSet's shards:
+// nobody may write under it.
+var ErrNoShard = errors.New("not a shard of")
+
+// ReadShardGrant returns the committed grant of shard key of set, from the
+// shard's Lease ("<set>-<key>", record.ShardLeaseName): the Lease
+// controlled by this very set (its UID), state held, a canonical fence, a
+// holder pod and its UID. A key that is not one of the set's shards wraps
+// ErrNoShard. Anything else is no grant, and the error says why.
+func ReadShardGrant(lease *coordinationv1.Lease, set *fencingv1alpha1.FencedShardSet, key string) (Grant, error) {
+	if !set.HasShard(key) {
+		return Grant{}, fmt.Errorf("%q is %w FencedShardSet %s/%s", key, ErrNoShard, set.Namespace, set.Name)
+	}
+	name := record.ShardLeaseName(set.Name, key)
+	if lease == nil {
+		return Grant{}, fmt.Errorf("the Lease %s/%s of shard %q does not exist (the shard was never granted)", set.Namespace, name, key)
+	}
+	if !metav1.IsControlledBy(lease, set) {
+		return Grant{}, fmt.Errorf("the Lease %s/%s is not controlled by FencedShardSet %s/%s (UID %s)", lease.Namespace, lease.Name, set.Namespace, set.Name, set.UID)
+	}
+	g, err := heldGrant(lease)
+	if err != nil {
+		return Grant{}, err
+	}
+	g.OwnerUID = set.UID
+	return g, nil
+}
+
+// heldGrant reads the grant record of a Lease (a FencedLease's or a
+// shard's: the same record) when it is committed and names its holder.
+func heldGrant(lease *coordinationv1.Lease) (Grant, error) {
 	a := lease.Annotations
 	rec := record.ParseLease(a)
 	if rec.State != record.StateHeld {
@@ -47,7 +88,7 @@ func ReadGrant(lease *coordinationv1.Lease, name string) (Grant, error) {
 	if _, err := record.ParseFence(a[record.AnnotationFence]); err != nil {
 		return Grant{}, fmt.Errorf("the Lease %s/%s: %w", lease.Namespace, lease.Name, err)
 	}
-	g := Grant{Fence: rec.Fence, HolderUID: types.UID(rec.HolderUID), OwnerUID: owner.UID}
+	g := Grant{Fence: rec.Fence, HolderUID: types.UID(rec.HolderUID)}
 	if lease.Spec.HolderIdentity != nil {
 		g.HolderPod = *lease.Spec.HolderIdentity
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
 )
@@ -23,10 +24,12 @@ type Reviewer interface {
 	Review(ctx context.Context, token, source string) (Caller, error)
 }
 
-// Grants reads the committed grant of a route's FencedLease from the API
-// server (GrantReader).
+// Grants reads the committed grant of a route's FencedLease, or of its
+// shard of a FencedShardSet, from the API server (GrantReader). The object
+// is the FencedLease or FencedShardSet, for Events; nil when it does not
+// exist.
 type Grants interface {
-	Read(ctx context.Context, route Route) (Grant, *fencingv1alpha1.FencedLease, error, error)
+	Read(ctx context.Context, route Route) (Grant, client.Object, error, error)
 }
 
 // Rules are the fence decisions. DefaultRules are Admit and CheckStored;
@@ -238,9 +241,9 @@ func (x *exchange) serve(ctx context.Context) {
 }
 
 // report logs a denied write and records a StaleWriteRejected Event on the
-// FencedLease for a pod that wrote as a holder it is not. The Events API
+// FencedLease (or FencedShardSet) for a pod that wrote as a holder it is not. The Events API
 // folds repeats into one series per FencedLease and action.
-func (x *exchange) report(d Decision, fl *fencingv1alpha1.FencedLease) {
+func (x *exchange) report(d Decision, fl client.Object) {
 	if d.StaleWrite && fl != nil && x.s.o.Recorder != nil {
 		x.s.o.Recorder.Eventf(fl, nil, "Warning", fencingv1alpha1.EventStaleWriteRejected, "Reject"+actionNames[x.op.Kind], "%s", d.Message)
 	}

@@ -38,10 +38,51 @@ type flEntry struct {
 	expires time.Time
 }
 
-// Read returns the committed grant of the route's FencedLease, and the
-// FencedLease when it exists. grantErr says why there is no grant (nobody
-// may write); err is an API error (the write must fail, not be judged).
-func (r *GrantReader) Read(ctx context.Context, route Route) (grant Grant, fl *fencingv1alpha1.FencedLease, grantErr, err error) {
+// Read returns the committed grant of the route's FencedLease, or of the
+// route's shard of a FencedShardSet, and that FencedLease or
+// FencedShardSet when it exists (the object Events are recorded on).
+// grantErr says why there is no grant (nobody may write); err is an API
+// error (the write must fail, not be judged).
+func (r *GrantReader) Read(ctx context.Context, route Route) (Grant, client.Object, error, error) {
+	if route.FencedShardSet != "" {
+		return r.readShard(ctx, route)
+	}
+	grant, fl, grantErr, err := r.readLease(ctx, route)
+	if fl == nil {
+		// A nil interface, never a typed nil: no Event on nothing.
+		return grant, nil, grantErr, err
+	}
+	return grant, fl, grantErr, err
+}
+
+// readShard reads the FencedShardSet and the shard's Lease from the API
+// server, both on every call: the set says whether the key is one of its
+// shards and which UID controls the shard's Lease.
+func (r *GrantReader) readShard(ctx context.Context, route Route) (Grant, client.Object, error, error) {
+	set := &fencingv1alpha1.FencedShardSet{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: route.Namespace, Name: route.FencedShardSet}, set); err != nil {
+		if apierrors.IsNotFound(err) {
+			return Grant{}, nil, fmt.Errorf("FencedShardSet %s does not exist", route), nil
+		}
+		return Grant{}, nil, nil, fmt.Errorf("get FencedShardSet %s: %w", route, err)
+	}
+	if !set.HasShard(route.Shard) {
+		_, grantErr := ReadShardGrant(nil, set, route.Shard)
+		return Grant{}, set, grantErr, nil
+	}
+	lease, err := r.Kube.CoordinationV1().Leases(route.Namespace).Get(ctx, route.LeaseName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		lease, err = nil, nil
+	}
+	if err != nil {
+		return Grant{}, nil, nil, fmt.Errorf("get Lease %s/%s of %s: %w", route.Namespace, route.LeaseName(), route.Lock(), err)
+	}
+	grant, grantErr := ReadShardGrant(lease, set, route.Shard)
+	return grant, set, grantErr, nil
+}
+
+// readLease reads the grant of a FencedLease route.
+func (r *GrantReader) readLease(ctx context.Context, route Route) (grant Grant, fl *fencingv1alpha1.FencedLease, grantErr, err error) {
 	lease, err := r.Kube.CoordinationV1().Leases(route.Namespace).Get(ctx, route.FencedLease, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		lease, err = nil, nil

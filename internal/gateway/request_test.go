@@ -92,7 +92,11 @@ func TestConfig(t *testing.T) {
 		{Config{}, "no routes"},
 		{Config{Routes: []Route{{Bucket: "b", Namespace: "Bad_NS", FencedLease: "x"}}}, `route 0: invalid namespace "Bad_NS"`},
 		{Config{Routes: []Route{{Bucket: "", Namespace: "ns", FencedLease: "x"}}}, `route 0: invalid bucket ""`},
-		{Config{Routes: []Route{{Bucket: "b", Namespace: "ns", FencedLease: ""}}}, `route 0: invalid fencedLease ""`},
+		{Config{Routes: []Route{{Bucket: "b", Namespace: "ns", FencedLease: ""}}}, `route 0 (bucket "b" prefix ""): neither fencedLease nor fencedShardSet is set: name exactly one`},
+		{Config{Routes: []Route{{Bucket: "b", Namespace: "ns", FencedLease: "Bad"}}}, `route 0 (bucket "b" prefix ""): invalid fencedLease "Bad"`},
+		{Config{Routes: []Route{{Bucket: "b", Prefix: "p/", Namespace: "ns", FencedLease: "x", FencedShardSet: "y"}}},
+			`route 0 (bucket "b" prefix "p/"): both fencedLease "x" and fencedShardSet "y" are set: name exactly one`},
+		{Config{Routes: []Route{{Bucket: "b", Namespace: "ns", FencedShardSet: "Bad_set"}}}, `route 0 (bucket "b" prefix ""): invalid fencedShardSet "Bad_set"`},
 		{Config{Routes: []Route{{Bucket: "b", Namespace: "ns", FencedLease: "x"}, {Bucket: "b", Namespace: "ns2", FencedLease: "y"}}},
 			`route 1: bucket "b" prefix "" is routed twice`},
 	} {

@@ -12,7 +12,8 @@ import (
 	"strings"
 	"time"
 
-	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/fencedlease/fencedlease/internal/record"
 )
 
@@ -33,6 +34,11 @@ func (x *exchange) write(ctx context.Context, caller Caller) {
 				"copy source "+op.SourceBucket+"/"+op.SourceKey+" is not readable by user "+caller.Username+" through the gateway")
 			return
 		}
+	}
+	route, err := ShardRoute(route, op.Key)
+	if err != nil {
+		x.fail(http.StatusBadRequest, CodeNoSuchShard, ReasonNoShard, "write to "+op.Bucket+"/"+op.Key+" denied: "+err.Error())
+		return
 	}
 	wr := Write{Route: route, Bucket: op.Bucket, Key: op.Key}
 	key := op.Bucket + "/" + op.Key
@@ -57,7 +63,7 @@ func (x *exchange) write(ctx context.Context, caller Caller) {
 		if !ok {
 			return
 		}
-		x.log = x.log.WithValues("fencedLease", route.String(), "fence", c.d.Fence)
+		x.log = x.log.WithValues("lock", route.Lock(), "fence", c.d.Fence)
 		if done := x.attempt(ctx, lock, wr, caller, c); done {
 			return
 		}
@@ -68,11 +74,11 @@ func (x *exchange) write(ctx context.Context, caller Caller) {
 
 // admit reads the grant and decides whether the caller may write as its
 // holder; a refusal is answered. It returns when the read began.
-func (x *exchange) admit(ctx context.Context, wr Write, caller Caller) (Decision, *fencingv1alpha1.FencedLease, time.Time, bool) {
+func (x *exchange) admit(ctx context.Context, wr Write, caller Caller) (Decision, client.Object, time.Time, bool) {
 	start := time.Now()
 	grant, fl, grantErr, err := x.s.o.Grants.Read(ctx, wr.Route)
 	if err != nil {
-		x.fail(http.StatusServiceUnavailable, CodeUnavailable, ReasonLeaseReadError, "cannot read FencedLease "+wr.Route.String()+": "+err.Error())
+		x.fail(http.StatusServiceUnavailable, CodeUnavailable, ReasonLeaseReadError, "cannot read "+wr.Route.Lock()+": "+err.Error())
 		return Decision{}, nil, start, false
 	}
 	d := x.s.o.Rules.Admit(wr, caller, x.r.Header.Get(HeaderFence), grant, grantErr)
@@ -87,7 +93,7 @@ func (x *exchange) admit(ctx context.Context, wr Write, caller Caller) (Decision
 // wait waits for key's lock as the admitted write d. A PUT's body is read
 // ahead meanwhile (a bounded part of it), so that a client that gave up is
 // noticed and its request ends at once, freeing its in-flight slot.
-func (x *exchange) wait(ctx context.Context, key string, wr Write, d Decision, fl *fencingv1alpha1.FencedLease) (*lockHandle, bool) {
+func (x *exchange) wait(ctx context.Context, key string, wr Write, d Decision, fl client.Object) (*lockHandle, bool) {
 	waitCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if x.op.Kind == PutObject {
@@ -120,7 +126,7 @@ func (x *exchange) wait(ctx context.Context, key string, wr Write, d Decision, f
 // checked is what a write was judged on.
 type checked struct {
 	d  Decision
-	fl *fencingv1alpha1.FencedLease
+	fl client.Object
 	st objectState
 	// grantAt is when the Lease read that admitted the write began.
 	grantAt time.Time
@@ -425,7 +431,7 @@ func statusOf(resp *http.Response) string {
 }
 
 // failErr answers an error found on the way to the store.
-func (x *exchange) failErr(err error, fl *fencingv1alpha1.FencedLease) {
+func (x *exchange) failErr(err error, fl client.Object) {
 	var r *refusal
 	var be *bodyError
 	var he *httpError

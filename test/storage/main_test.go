@@ -34,7 +34,7 @@ var (
 var gatewayRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 	{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get"}},
-	{APIGroups: []string{"fencing.fencedlease.io"}, Resources: []string{"fencedleases"}, Verbs: []string{"get"}},
+	{APIGroups: []string{"fencing.fencedlease.io"}, Resources: []string{"fencedleases", "fencedshardsets"}, Verbs: []string{"get"}},
 	{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 }
 

@@ -19,10 +19,14 @@ const Schema = `CREATE TABLE IF NOT EXISTS ` + OperationsTable + ` (
 
 const insertOperation = `INSERT INTO ` + OperationsTable + ` (op_id, fence) VALUES ($1, $2) ON CONFLICT (op_id) DO NOTHING`
 
-// EnsureSchema creates the operations table if it does not exist.
+// EnsureSchema creates the operations table and the fences table
+// (FencesSchema) if they do not exist.
 func EnsureSchema(ctx context.Context, ex Execer) error {
 	if _, err := ex.Exec(ctx, Schema); err != nil {
 		return fmt.Errorf("create %s: %w", OperationsTable, err)
+	}
+	if _, err := ex.Exec(ctx, FencesSchema); err != nil {
+		return fmt.Errorf("create %s: %w", FencesTable, err)
 	}
 	return nil
 }
