@@ -460,6 +460,9 @@ func TestValuesSchemaRejectsBadValues(t *testing.T) {
 		{"apiPriorityAndFairness.nominalConcurrencyShares=0", head + "- at '/apiPriorityAndFairness/nominalConcurrencyShares': minimum: got 0, want 1"},
 		{"apiPriorityAndFairness.lendablePercent=101", head + "- at '/apiPriorityAndFairness/lendablePercent': maximum: got 101, want 100"},
 		{"apiPriorityAndFairness.queuing.handSize=0", head + "- at '/apiPriorityAndFairness/queuing/handSize': minimum: got 0, want 1"},
+		{"gateway.routes[0].bucket=abc,gateway.routes[0].namespace=ns,gateway.routes[0].fencedLease=a,gateway.routes[0].fencedShardSet=b",
+			head + "- at '/gateway/routes/0': 'oneOf' failed, subschemas 0, 1 matched"},
+		{"gateway.routes[0].bucket=abc,gateway.routes[0].namespace=ns", head + "- at '/gateway/routes/0': 'oneOf' failed, none matched"},
 		{"podDisruptionBudget.minAvailable=2", "Error: execution error at (fencedlease/templates/pdb.yaml:4:4): podDisruptionBudget.minAvailable (2) must be less than replicaCount (2): otherwise no replica could ever be evicted, and node drains would block"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
