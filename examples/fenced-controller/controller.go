@@ -34,6 +34,10 @@ type WidgetReconciler struct {
 	// puts on the Widgets it writes, so that the fencing webhook protects
 	// them: in the write that carries its fence.
 	ProtectedBy string
+	// Sharded, when set, is the manager of a pod of a FencedShardSet: the
+	// controller reconciles the Widgets of the shards the pod holds, and a
+	// slot is unique among the Widgets of a shard.
+	Sharded *fencedcontroller.ShardedManager
 	// Resync is how often a Widget is reconciled again.
 	Resync time.Duration
 	// lastFence is the fence of the grant the controller last acted under.
@@ -44,6 +48,9 @@ type WidgetReconciler struct {
 func (r *WidgetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// A status write is no reason to reconcile again (its own would loop);
 	// Resync brings every Widget back.
+	if r.Sharded != nil {
+		return r.Sharded.Controller("widget", &examplesv1alpha1.Widget{}, r, predicate.GenerationChangedPredicate{})
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&examplesv1alpha1.Widget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("widget").Complete(r)
@@ -82,7 +89,7 @@ func (r *WidgetReconciler) reconcileSpec(ctx context.Context, log logr.Logger, w
 		changed = true
 	}
 	if w.Spec.Slot == nil {
-		slot, err := r.freeSlot(ctx, w.Namespace)
+		slot, err := r.freeSlot(ctx, w)
 		if err != nil {
 			return err
 		}
@@ -101,16 +108,22 @@ func (r *WidgetReconciler) reconcileSpec(ctx context.Context, log logr.Logger, w
 	return nil
 }
 
-// freeSlot is the lowest slot no Widget of the namespace has.
-func (r *WidgetReconciler) freeSlot(ctx context.Context, namespace string) (int32, error) {
+// freeSlot is the lowest slot no other Widget of w's namespace has (of
+// w's shard, when sharded: only its owner gives slots there).
+func (r *WidgetReconciler) freeSlot(ctx context.Context, w *examplesv1alpha1.Widget) (int32, error) {
 	var list examplesv1alpha1.WidgetList
-	if err := r.List(ctx, &list, client.InNamespace(namespace)); err != nil {
-		return 0, fmt.Errorf("list Widgets in %s: %w", namespace, err)
+	if err := r.List(ctx, &list, client.InNamespace(w.Namespace)); err != nil {
+		return 0, fmt.Errorf("list Widgets in %s: %w", w.Namespace, err)
+	}
+	shard := func(o client.Object) string { return "" }
+	if r.Sharded != nil {
+		shard = func(o client.Object) string { key, _ := r.Sharded.ShardOf(o); return key }
 	}
 	used := map[int32]bool{}
-	for _, w := range list.Items {
-		if w.Spec.Slot != nil {
-			used[*w.Spec.Slot] = true
+	for i := range list.Items {
+		o := &list.Items[i]
+		if o.Spec.Slot != nil && o.Name != w.Name && shard(o) == shard(w) {
+			used[*o.Spec.Slot] = true
 		}
 	}
 	var slot int32

@@ -8,7 +8,11 @@
 // fencing webhook rejects the writes of a replica that lost its grant. With
 // --leader-elect it uses controller-runtime's leader election instead, for
 // comparison: a replica that lost the election and has not noticed yet
-// writes on. docs/controllers.md shows how main.go differs from a stock
+// writes on. With --fenced-shard-set and --shards it runs as one of the
+// pods of that FencedShardSet (fencedcontroller.NewShardedManager): every
+// replica acts, each on the Widgets of the shards its pod holds (a
+// Widget's shard is the hash of its name), and a slot is unique among the
+// Widgets of a shard. docs/controllers.md shows how main.go differs from a stock
 // kubebuilder one.
 //
 // Every write is logged as a JSON line with the message "Write" (the

@@ -38,13 +38,19 @@ func init() {
 }
 
 func main() {
-	var metricsAddr, probeAddr, fencedLease string
+	var metricsAddr, probeAddr, fencedLease, shardSet string
+	var shards int
+	var shardsDir string
 	var enableLeaderElection bool
 	var resync, lateWrites time.Duration
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0", "The address the metrics endpoint binds to (0: no metrics).")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "The address the probe endpoint binds to.")
 	flag.StringVar(&fencedLease, "fenced-lease", "",
 		"Run as a candidate of this FencedLease (in the pod's namespace): the controller runs only while the pod holds it, and its writes carry its fence.")
+	flag.StringVar(&shardSet, "fenced-shard-set", "",
+		"Run as one of the pods of this FencedShardSet (in the pod's namespace): each replica reconciles the Widgets of the shards its pod holds, and each write carries its Widget's shard's fence.")
+	flag.IntVar(&shards, "shards", 0, "With --fenced-shard-set: the set's spec.shards; a Widget's shard is the hash of its name.")
+	flag.StringVar(&shardsDir, "shards-dir", fence.DefaultDir, "With --fenced-shard-set: the directory of the pod's shards file.")
 	flag.BoolVar(&enableLeaderElection, "leader-elect", false,
 		"Use controller-runtime's leader election instead (not with --fenced-lease).")
 	flag.DurationVar(&resync, "resync", 10*time.Second, "How often each Widget is reconciled again.")
@@ -68,10 +74,17 @@ func main() {
 		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}},
 	}
 	var mgr ctrl.Manager
+	var sharded *fencedcontroller.ShardedManager
 	var err error
 	switch {
-	case fencedLease != "" && enableLeaderElection:
-		err = errors.New("--fenced-lease and --leader-elect exclude each other")
+	case fencedLease != "" && enableLeaderElection, fencedLease != "" && shardSet != "", shardSet != "" && enableLeaderElection:
+		err = errors.New("--fenced-lease, --fenced-shard-set and --leader-elect exclude each other")
+	case shardSet != "" && shards <= 0:
+		err = errors.New("--fenced-shard-set needs --shards, the set's spec.shards")
+	case shardSet != "":
+		sharded, err = fencedcontroller.NewShardedManager(cfg, mopts, fencedcontroller.ShardedOptions{
+			Set: shardSet, Namespace: namespace, ShardOf: fencedcontroller.ShardByName(shards), Dir: shardsDir, FieldManager: fieldManager})
+		mgr = sharded
 	case fencedLease != "":
 		mgr, err = fencedcontroller.NewManager(cfg, mopts, fencedcontroller.Options{Lease: fencedLease, Namespace: namespace})
 	default:
@@ -86,6 +99,9 @@ func main() {
 	}
 
 	r := &WidgetReconciler{Client: client.WithFieldOwner(mgr.GetClient(), fieldManager), Pod: pod, ProtectedBy: fencedLease, Resync: resync}
+	if sharded != nil {
+		r.ProtectedBy, r.Sharded = shardSet, sharded
+	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		setupLog.Error(err, "Unable to create controller", "controller", "Widget")
 		os.Exit(1)
@@ -103,7 +119,7 @@ func main() {
 	ctx := ctrl.SetupSignalHandler()
 	if err := mgr.Start(ctx); err != nil {
 		setupLog.Error(err, "Problem running manager")
-		if lateWrites > 0 {
+		if lateWrites > 0 && sharded == nil {
 			writeLate(ctx, cfg, r, fencedLease, namespace, pod, lateWrites)
 		}
 		os.Exit(1)

@@ -90,6 +90,12 @@ type fencedClient struct {
 	inner        client.Client
 	grants       Grants
 	fieldManager string
+	// shards, when set, makes this the client of a sharded manager: see
+	// shardScope and scoped.
+	shards *shardScope
+	// unfenced is set on the client scoped to a write that is not state
+	// (an Event): it is sent as it is, without any check.
+	unfenced bool
 }
 
 var _ client.Client = &fencedClient{}
@@ -130,6 +136,9 @@ func (c *fencedClient) grant(verb, what string) (fence.Grant, error) {
 	if r, ok := c.grants.(reasoner); ok {
 		why = r.notHeld()
 	}
+	if c.shards != nil {
+		return fence.Grant{}, fmt.Errorf("%s %s refused before it was sent: %w: %w: %s", verb, what, fence.ErrNotHolder, ErrShardNotHeld, why)
+	}
 	return fence.Grant{}, fmt.Errorf("%s %s refused before it was sent: %w: %s", verb, what, fence.ErrNotHolder, why)
 }
 
@@ -162,6 +171,9 @@ func stamp(obj fence.Annotated, g fence.Grant) error {
 // sent once more, stamped, under the grant held then. Nothing else is
 // retried.
 func (c *fencedClient) write(verb, what string, isProtected bool, send func(g fence.Grant, stamped bool) error) error {
+	if c.unfenced {
+		return send(fence.Grant{}, false)
+	}
 	g, err := c.grant(verb, what)
 	if err != nil {
 		return err
@@ -180,7 +192,11 @@ func (c *fencedClient) write(verb, what string, isProtected bool, send func(g fe
 
 // Create creates obj, with the fence annotation set if it is protected.
 func (c *fencedClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
-	return c.write("create", c.describe(obj), protected(obj.GetLabels()), func(g fence.Grant, stamped bool) error {
+	c, err := c.scoped("create", obj, true)
+	if err != nil {
+		return err
+	}
+	return c.write("create", c.describe(obj), c.protects(obj.GetLabels()), func(g fence.Grant, stamped bool) error {
 		if stamped {
 			if err := stamp(obj, g); err != nil {
 				return err
@@ -192,7 +208,11 @@ func (c *fencedClient) Create(ctx context.Context, obj client.Object, opts ...cl
 
 // Update updates obj, with the fence annotation set if it is protected.
 func (c *fencedClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	return c.write("update", c.describe(obj), protected(obj.GetLabels()), func(g fence.Grant, stamped bool) error {
+	c, err := c.scoped("update", obj, true)
+	if err != nil {
+		return err
+	}
+	return c.write("update", c.describe(obj), c.protects(obj.GetLabels()), func(g fence.Grant, stamped bool) error {
 		if stamped {
 			if err := stamp(obj, g); err != nil {
 				return err
@@ -205,7 +225,11 @@ func (c *fencedClient) Update(ctx context.Context, obj client.Object, opts ...cl
 // Patch patches obj, with the fence annotation set in the patch if obj is
 // protected.
 func (c *fencedClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	return c.write("patch", c.describe(obj), protected(obj.GetLabels()), func(g fence.Grant, stamped bool) error {
+	c, err := c.scoped("patch", obj, false)
+	if err != nil {
+		return err
+	}
+	return c.write("patch", c.describe(obj), c.protects(obj.GetLabels()), func(g fence.Grant, stamped bool) error {
 		if stamped {
 			return c.inner.Patch(ctx, obj, stampedPatch{Patch: patch, fence: g.Fence}, opts...)
 		}
@@ -224,7 +248,11 @@ func (c *fencedClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration
 		fence.Annotated
 		client.Object
 	}); ok {
-		return c.write("apply", c.describe(a), protected(a.GetLabels()), func(g fence.Grant, stamped bool) error {
+		c, err := c.scoped("apply", a, true)
+		if err != nil {
+			return err
+		}
+		return c.write("apply", c.describe(a), c.protects(a.GetLabels()), func(g fence.Grant, stamped bool) error {
 			if !stamped {
 				return c.inner.Apply(ctx, obj, opts...)
 			}
@@ -238,7 +266,10 @@ func (c *fencedClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration
 	if err != nil {
 		return err
 	}
-	err = c.write("apply", c.describe(u), protected(u.GetLabels()), func(g fence.Grant, stamped bool) error {
+	if c, err = c.scoped("apply", u, true); err != nil {
+		return err
+	}
+	err = c.write("apply", c.describe(u), c.protects(u.GetLabels()), func(g fence.Grant, stamped bool) error {
 		if !stamped {
 			return c.inner.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), opts...)
 		}
@@ -320,11 +351,18 @@ func toUnstructured(obj runtime.ApplyConfiguration) (*unstructured.Unstructured,
 //
 // Under client.DryRunAll nothing is written (deleteDryRun).
 func (c *fencedClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	c, err := c.scoped("delete", obj, false)
+	if err != nil {
+		return err
+	}
+	if c.unfenced {
+		return c.inner.Delete(ctx, obj, opts...)
+	}
 	g, err := c.grant("delete", c.describe(obj))
 	if err != nil {
 		return err
 	}
-	if !protected(obj.GetLabels()) {
+	if !c.protects(obj.GetLabels()) {
 		if err := c.inner.Delete(ctx, obj, opts...); !olderWrite(err, g.Fence) {
 			return err
 		}
@@ -434,6 +472,12 @@ func (c *fencedClient) DeleteAllOf(ctx context.Context, obj client.Object, opts 
 	what := c.describe(obj)
 	if o := (&client.DeleteAllOfOptions{}).ApplyOptions(opts); o.Namespace != "" {
 		what = strings.TrimSuffix(what, " ") + " in namespace " + o.Namespace
+	}
+	if c.shards != nil && !isEvent(obj) {
+		return fmt.Errorf("delete all of %s refused before it was sent: %w: %w: a sharded client deletes objects one by one, each under its own shard's fence", what, fence.ErrNotHolder, ErrShardNotHeld)
+	}
+	if c.unfenced || isEvent(obj) {
+		return c.inner.DeleteAllOf(ctx, obj, opts...)
 	}
 	if _, err := c.grant("delete all of", what); err != nil {
 		return err

@@ -64,5 +64,23 @@
 // reports the end of a grant the way controller-runtime reports a lost
 // election: Start returns an error.
 //
+// # Sharded managers
+//
+// NewShardedManager runs a manager as one of the pods of a FencedShardSet,
+// which grants each of its shards to one pod with a fence and projects the
+// pod's shards to its shards file (fence.ReadShards). Every pod runs its
+// controllers; each reconciles only the objects of the shards its pod
+// holds (ShardedManager.Controller: Predicate filters the events of other
+// shards, Gained enqueues a shard's objects when it is gained, Reconciler
+// skips a request of a shard no longer held), ShardOf (ShardByName,
+// ShardByLabel) saying which shard an object is in. Its client
+// (NewShardedClient) sends a write only of an object of a shard the pod
+// holds by its latest reading of the file, labelled with that shard and
+// stamped with that shard's fence by the code above; every other write,
+// unprotected ones included, is refused unsent (ErrShardNotHeld), Events
+// excepted. A set has only renewal Operator, so a pod can be late to learn
+// that a shard moved; since every write it sends is checked by the
+// webhook, such a late write is rejected at the destination.
+//
 // Adopting it in a kubebuilder main.go is a few lines: docs/controllers.md.
 package fencedcontroller
