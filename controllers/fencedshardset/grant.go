@@ -88,7 +88,7 @@ func (r *Reconciler) writeGrants(ctx context.Context, s *scope) error {
 			if record.ParseLease(l.Annotations).State != record.StateRevoked {
 				continue
 			}
-			if until := r.revoked.since(l, s.now).Add(leaseDuration(s.set)); until.After(s.now) && (s.wait.IsZero() || until.Before(s.wait)) {
+			if until := r.revoked.since(l, s.leasesRead).Add(leaseDuration(s.set)); until.After(s.now) && (s.wait.IsZero() || until.Before(s.wait)) {
 				s.wait = until
 			}
 		}
@@ -115,7 +115,7 @@ func (r *Reconciler) recordOf(l *coordinationv1.Lease, s *scope) shard.Record {
 	rec := record.ParseLease(l.Annotations)
 	out := shard.Record{Exists: true, Holder: ptr.Deref(l.Spec.HolderIdentity, ""), HolderUID: rec.HolderUID, State: rec.State}
 	if rec.State == record.StateRevoked {
-		out.Changed = r.revoked.since(l, s.now)
+		out.Changed = r.revoked.since(l, s.leasesRead)
 	} else {
 		r.revoked.forget(l)
 	}

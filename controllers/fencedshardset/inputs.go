@@ -35,7 +35,11 @@ type scope struct {
 	// leases are the shards' Leases by key, as the API server holds them,
 	// then as this reconcile wrote them.
 	leases map[string]*coordinationv1.Lease
-	plan   shard.Plan
+	// leasesRead is when the Leases were read: a revoked grant first seen
+	// in them was revoked by then, not by now, which may be long before
+	// (revocations).
+	leasesRead time.Time
+	plan       shard.Plan
 
 	// invalid, when set, is why the set cannot be acted on (Degraded).
 	invalid, invalidReason string
@@ -198,6 +202,7 @@ func (r *Reconciler) readLeases(ctx context.Context, s *scope) error {
 	if err := r.APIReader.List(ctx, list, client.InNamespace(s.set.Namespace), client.MatchingLabels{record.LabelShardSet: s.set.Name}); err != nil {
 		return fmt.Errorf("list the Leases of FencedShardSet %s: %w", client.ObjectKeyFromObject(s.set), err)
 	}
+	s.leasesRead = r.Clock.Now()
 	s.leases, s.conflicts = map[string]*coordinationv1.Lease{}, map[string]string{}
 	wanted := map[string]bool{}
 	for _, k := range s.keys {

@@ -3,6 +3,8 @@ package fencedshardset
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -56,7 +58,8 @@ func (r *Reconciler) publish(ctx context.Context, s *scope) error {
 		return err
 	}
 	var errs []error
-	for name, pod := range s.pods {
+	for _, name := range slices.Sorted(maps.Keys(s.pods)) { // in one order, so that a run is replayed exactly
+		pod := s.pods[name]
 		if err := r.writeShards(ctx, pod, s.set.Name, record.FormatShards(owned[name]), labelled(s, name, owned[name]), false); err != nil {
 			errs = append(errs, err)
 		}
@@ -96,7 +99,8 @@ func (r *Reconciler) marksFor(s *scope, owned map[string]map[string]int64) map[s
 // publication.
 func (r *Reconciler) markAndTake(ctx context.Context, s *scope, owned map[string]map[string]int64, marks map[string]string) error {
 	var errs []error
-	for name, uid := range marks {
+	for _, name := range slices.Sorted(maps.Keys(marks)) {
+		uid := marks[name]
 		if _, known := s.pods[name]; known {
 			continue
 		}
@@ -111,9 +115,11 @@ func (r *Reconciler) markAndTake(ctx context.Context, s *scope, owned map[string
 		}
 		if string(pod.UID) == uid {
 			s.pods[name] = pod
+			ownedBy(s, pod, owned)
 		}
 	}
-	for name, pod := range s.pods {
+	for _, name := range slices.Sorted(maps.Keys(s.pods)) {
+		pod := s.pods[name]
 		current, err := record.ParseShards(pod.Annotations[record.AnnotationShards])
 		if err != nil {
 			current = nil // what does not parse is replaced
@@ -133,6 +139,36 @@ func (r *Reconciler) markAndTake(ctx context.Context, s *scope, owned map[string
 		}
 	}
 	return kerrors.NewAggregate(errs)
+}
+
+// ownedBy adds to owned the shards that a pod read late (a marked pod the
+// cache did not show, read after the Leases) may still own: those whose
+// Lease, as read, holds its grant with that fence, and those granted
+// with a fence above the Lease's as read, a grant committed after the read
+// that this reconcile knows nothing of. Taking those would tell the pod it
+// lost a grant it may still hold, whose fence it could be told again.
+func ownedBy(s *scope, pod *corev1.Pod, owned map[string]map[string]int64) {
+	if owned == nil {
+		return
+	}
+	current, err := record.ParseShards(pod.Annotations[record.AnnotationShards])
+	if err != nil {
+		return
+	}
+	for key, fence := range current {
+		l, known := s.leases[key]
+		if known {
+			rec := record.ParseLease(l.Annotations)
+			mine := rec.Held() && ptr.Deref(l.Spec.HolderIdentity, "") == pod.Name && rec.HolderUID == string(pod.UID) && rec.Fence == fence
+			if !mine && fence <= rec.Fence {
+				continue
+			}
+		}
+		if owned[pod.Name] == nil {
+			owned[pod.Name] = map[string]int64{}
+		}
+		owned[pod.Name][key] = fence
+	}
 }
 
 // labelled says whether a pod carries the set's label: while it owns

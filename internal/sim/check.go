@@ -108,6 +108,10 @@ func (c *checker) afterWrite(s *Sim, k objKey, writer string) {
 		}
 		return h[len(h)-2].obj
 	}()
+	if s.shards != nil {
+		s.shards.check.afterWrite(s, k, cur, prev, writer)
+		return
+	}
 	switch k.kind {
 	case "Pod":
 		pod, _ := cur.(*corev1.Pod)

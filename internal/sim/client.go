@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
+	"github.com/fencedlease/fencedlease/internal/record"
 )
 
 // replicaClient is what one operator replica's reconciler uses as its
@@ -191,9 +192,17 @@ func summary(obj client.Object) string {
 	case nil:
 		return "deleted"
 	case *corev1.Pod:
+		if shards, ok := o.Annotations[record.AnnotationShards]; ok || o.Labels[record.LabelShardSet] != "" {
+			return fmt.Sprintf("rv=%s set=%q shards=%s mark=%q", o.ResourceVersion, o.Labels[record.LabelShardSet], shards, o.Annotations[record.AnnotationShardsMark])
+		}
 		return fmt.Sprintf("rv=%s label=%q role=%q fence=%q grant=%q", o.ResourceVersion, o.Labels[fencingv1alpha1.LabelLease],
 			o.Annotations[fencingv1alpha1.AnnotationRole], o.Annotations[fencingv1alpha1.AnnotationFence], o.Annotations[fencingv1alpha1.AnnotationGrant])
 	case *coordinationv1.Lease:
+		if set := o.Labels[record.LabelShardSet]; set != "" {
+			rec := record.ParseLease(o.Annotations)
+			prev, _ := record.PreviousHolder(o.Annotations)
+			return fmt.Sprintf("rv=%s state=%q holder=%s uid=%s fence=%d previous=%s", o.ResourceVersion, rec.State, ptr.Deref(o.Spec.HolderIdentity, ""), rec.HolderUID, rec.Fence, prev)
+		}
 		return fmt.Sprintf("rv=%s state=%q holder=%s fence=%q transitions=%d", o.ResourceVersion, o.Annotations[fencingv1alpha1.LeaseAnnotationState],
 			ptr.Deref(o.Spec.HolderIdentity, ""), o.Annotations[fencingv1alpha1.AnnotationFence], ptr.Deref(o.Spec.LeaseTransitions, 0))
 	case *fencingv1alpha1.FencedLease:

@@ -51,4 +51,28 @@
 // by settling (Config.Settle): the faults stop, and every FencedLease with
 // an eligible candidate must come to be held, published and recorded, with
 // its pods' holder conditions in line (liveness).
+//
+// A run with Config.Shards simulates FencedShardSets instead (shards.go):
+// several replicas of the real reconciler of controllers/fencedshardset,
+// each with its own lagging caches and a live reader of the store's head,
+// over one or two sets (four to eight counted shards or a list of keys,
+// takeover Safe or Immediate per set, a join delay and now and then a cap
+// on moves, all chosen by the seed), and pods that join, are deleted,
+// flap ready and not ready, fail, and whose nodes are lost and come back;
+// with the same faults (lost requests and replies, pauses before a write
+// applied on resume, crashes, pod caches behind). After every write the
+// shard checker (shardcheck.go) verifies each shard: at most one pod
+// publishes it (annotation fencedlease.io/shards) at any instant, its
+// published fences only grow, never go to two pods, and a pod never
+// regains one it lost (internal/invariant's Publications, the rules of
+// test/testenv's ShardChecker); every fence published to a pod was
+// committed to that pod on the shard's Lease before; the committed fences
+// grow with every grant and one fence goes to one pod (invariant.Grants);
+// and under Safe no grant of a shard to another pod is committed unless
+// the previous owner's grant was revoked a lease duration before or more,
+// on the simulated clock. The settling phase then asks of every set with
+// an eligible pod that each shard be held by an eligible pod, published to
+// it alone with its Lease's fence, and the shards balanced (within one of
+// each other). The enforcement side (protected objects of shards) is not
+// simulated for shard sets.
 package sim

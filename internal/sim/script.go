@@ -41,6 +41,7 @@ func NewScript(replicas int, indexes []Index, newRec NewReconciler) (*Script, er
 		store:  st,
 		clock:  clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
 		newRec: newRec,
+		kinds:  kinds,
 	}
 	s.checker = newChecker()
 	s.procs = procs{}
@@ -100,7 +101,7 @@ func (sc *Script) CatchUp(replica int) { sc.catchUp(replica) }
 // catchUp brings every cache of the replica that is not frozen to now.
 func (sc *Script) catchUp(replica int) {
 	r := sc.s.replicas[replica]
-	for _, k := range kinds {
+	for _, k := range sc.s.kinds {
 		if !sc.frozen[replica][k] {
 			r.views[k] = sc.s.store.rev
 		}

@@ -42,13 +42,13 @@ func (s *Sim) settle() {
 	}
 	s.tracef("step %d: the faults stop; the run settles", s.step)
 	stable, last := 0, []string(nil)
-	for round := 0; round < settleRounds && len(s.checker.violations) == 0; round++ {
+	for round := 0; round < s.settleRounds() && len(s.checker.violations) == 0; round++ {
 		s.catchUpAll()
 		s.drainClients()
 		r := s.replicas[round%len(s.replicas)]
 		s.beatToEnd(r)
 		s.catchUpAll()
-		for _, name := range []string{"db", "other"} {
+		for _, name := range s.settleNames() {
 			for range 3 {
 				before := s.store.rev
 				s.reconcileToEnd(r, name)
@@ -60,7 +60,7 @@ func (s *Sim) settle() {
 		s.catchUpAll()
 		s.world.learnAll()
 		s.clock.SetTime(s.clock.Now().Add(time.Second))
-		if last = s.unsettled(); len(last) == 0 {
+		if last = s.unsettledAll(); len(last) == 0 {
 			if stable++; stable >= 3 {
 				s.stats.Settled++
 				return
@@ -70,14 +70,14 @@ func (s *Sim) settle() {
 		stable = 0
 	}
 	if len(s.checker.violations) == 0 {
-		s.checker.fail(s, "liveness: %d s after the faults stopped: %v", settleRounds, last)
+		s.checker.fail(s, "liveness: %d s after the faults stopped: %v", s.settleRounds(), last)
 	}
 }
 
 // catchUpAll brings every cache and view to now.
 func (s *Sim) catchUpAll() {
 	for _, r := range s.replicas {
-		for _, k := range kinds {
+		for _, k := range s.kinds {
 			r.views[k] = s.store.rev
 		}
 	}

@@ -68,6 +68,11 @@ type Config struct {
 	// workloads write nothing.
 	Webhooks   int
 	NewWebhook NewWebhook
+	// Shards, when set, runs FencedShardSets instead of FencedLeases: the
+	// reconciler built is the FencedShardSet controller, the world holds
+	// the sets and their pods, and the checker checks every shard
+	// (shards.go).
+	Shards *ShardsConfig
 	// Settle ends the run with a settling phase: the faults stop, and every
 	// FencedLease with an eligible candidate must then come to be held,
 	// published, and its pods' holder conditions in line (liveness).
@@ -119,6 +124,10 @@ type Stats struct {
 	// PausesBeforeWrites counts the replicas paused right before a write
 	// (Config.PausesBeforeWrites).
 	PausesBeforeWrites int
+	// ShardGrants, ShardRevocations and ShardPublications count, in a run
+	// with shard sets, the grants of shards committed, the grants revoked,
+	// and the shards published to a pod with a new fence.
+	ShardGrants, ShardRevocations, ShardPublications int
 }
 
 // Sim is one run.
@@ -138,8 +147,12 @@ type Sim struct {
 	procs      procs
 	principals policy.Principals
 	step       int
-	trace      []string
-	stats      Stats
+	// kinds are the kinds the replicas' caches serve.
+	kinds []string
+	// shards is the shard world and its checker (Config.Shards).
+	shards *shardWorld
+	trace  []string
+	stats  Stats
 }
 
 // replica is one operator process: its reconciler, its caches and the
@@ -219,7 +232,14 @@ func Run(cfg Config, indexes []Index, newRec NewReconciler) Result {
 	s.procs = procs{}
 	s.principals = policy.Principals{OperatorUsers: []string{operatorUser}}
 	s.world = newWorld(s, cfg.World)
-	if err := s.world.setUp(); err != nil {
+	s.kinds = kinds
+	setUp := s.world.setUp
+	if cfg.Shards != nil {
+		s.kinds = shardKinds
+		s.shards = newShardWorld(s, *cfg.Shards)
+		setUp = s.shards.setUp
+	}
+	if err := setUp(); err != nil {
 		return Result{Seed: cfg.Seed, Violations: []string{"setup: " + err.Error()}}
 	}
 	behind := rand.New(rand.NewSource(^cfg.Seed)) //nolint:gosec // a reproducible schedule, not a secret
@@ -249,6 +269,10 @@ func Run(cfg Config, indexes []Index, newRec NewReconciler) Result {
 		s.crash(r) // let every goroutine finish
 	}
 	s.crashClients()
+	if s.shards != nil {
+		c := s.shards.check
+		s.stats.ShardGrants, s.stats.ShardRevocations, s.stats.ShardPublications = c.grantsSeen, c.revocations, c.publications
+	}
 	return Result{Seed: cfg.Seed, Steps: s.step, Violations: s.checker.violations, Trace: s.trace, Stats: s.stats}
 }
 
@@ -260,7 +284,7 @@ const operatorUser = "system:serviceaccount:fencedlease-system:fencedlease-contr
 // listed everything.
 func (s *Sim) restart(r *replica) {
 	r.views, r.podsHeldUntil = map[string]int64{}, 0
-	for _, k := range kinds {
+	for _, k := range s.kinds {
 		r.views[k] = s.store.rev
 	}
 	r.rec = s.newRec(Clients{Client: &replicaClient{sim: s, rep: r}, APIReader: &liveReader{sim: s, rep: r}, Clock: s.clock, Concurrently: s.Concurrently})
@@ -276,13 +300,17 @@ func (s *Sim) once() {
 		weight int
 		do     func() bool
 	}
+	change, procStep, recreate := s.world.change, s.world.procStep, s.world.recreateSoon
+	if s.shards != nil {
+		change, procStep, recreate = s.shards.change, func() bool { return false }, func() bool { return false }
+	}
 	choices := []choice{
 		{50, s.resumeSomeone},
 		{25, s.startSomeone},
 		{25, s.catchUp},
-		{s.cfg.World.changeWeight(), func() bool { return s.world.change() }},
-		{12, func() bool { return s.world.procStep() }},
-		{10, func() bool { return s.world.recreateSoon() }},
+		{s.cfg.World.changeWeight(), change},
+		{12, procStep},
+		{10, recreate},
 		{5, s.tick},
 		{8, s.beatSomeone},
 		{1, s.pauseSomeone},
@@ -365,7 +393,10 @@ func (s *Sim) startSomeone() bool {
 		return false
 	}
 	name := "db"
-	if s.rng.Intn(5) == 0 {
+	switch {
+	case s.shards != nil:
+		name = s.shards.sets[s.rng.Intn(len(s.shards.sets))]
+	case s.rng.Intn(5) == 0:
 		name = "other"
 	}
 	key := types.NamespacedName{Namespace: s.world.namespace, Name: name}
@@ -494,7 +525,7 @@ func (s *Sim) catchUp() bool {
 	}
 	r := s.replicas[s.rng.Intn(len(s.replicas))]
 	moved := false
-	for _, kind := range kinds {
+	for _, kind := range s.kinds {
 		behind := s.store.rev - r.views[kind]
 		if behind <= 0 || s.rng.Intn(2) == 0 || kind == "Pod" && s.step < r.podsHeldUntil {
 			continue

@@ -85,7 +85,7 @@ func newStore(indexes []Index) (*store, error) {
 	// which costs most of the time of a run and decides nothing here.
 	tracker := clienttesting.NewObjectTracker(scheme, serializer.NewCodecFactory(scheme).UniversalDecoder())
 	b := fake.NewClientBuilder().WithScheme(scheme).WithObjectTracker(tracker).WithGlobalResourceVersionCounter().
-		WithStatusSubresource(&fencingv1alpha1.FencedLease{}, &corev1.Pod{})
+		WithStatusSubresource(&fencingv1alpha1.FencedLease{}, &fencingv1alpha1.FencedShardSet{}, &corev1.Pod{})
 	s := &store{scheme: scheme, hist: map[objKey][]version{}, indexes: map[string]map[string]client.IndexerFunc{}}
 	for _, ix := range indexes {
 		b = b.WithIndex(ix.Object, ix.Field, ix.Extract)
@@ -125,11 +125,12 @@ func (s *store) gvk(kind string) (schema.GroupVersionKind, error) {
 
 // storedKinds are the kinds the simulated API server keeps.
 var storedKinds = map[string]schema.GroupVersionKind{
-	"FencedLease": fencingv1alpha1.GroupVersion.WithKind("FencedLease"),
-	"Lease":       coordinationv1.SchemeGroupVersion.WithKind("Lease"),
-	"Pod":         corev1.SchemeGroupVersion.WithKind("Pod"),
-	"Node":        corev1.SchemeGroupVersion.WithKind("Node"),
-	"ConfigMap":   corev1.SchemeGroupVersion.WithKind("ConfigMap"),
+	"FencedLease":    fencingv1alpha1.GroupVersion.WithKind("FencedLease"),
+	"FencedShardSet": fencingv1alpha1.GroupVersion.WithKind("FencedShardSet"),
+	"Lease":          coordinationv1.SchemeGroupVersion.WithKind("Lease"),
+	"Pod":            corev1.SchemeGroupVersion.WithKind("Pod"),
+	"Node":           corev1.SchemeGroupVersion.WithKind("Node"),
+	"ConfigMap":      corev1.SchemeGroupVersion.WithKind("ConfigMap"),
 }
 
 func (s *store) keyOf(obj client.Object) (objKey, error) {

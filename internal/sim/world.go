@@ -220,8 +220,12 @@ func (w *world) write(obj client.Object, err error) error {
 	if err != nil {
 		return err
 	}
-	if _, err := w.sim.store.record(k); err != nil {
+	stored, err := w.sim.store.record(k)
+	if err != nil {
 		return err
+	}
+	if w.sim.shards != nil && k.kind == "Pod" {
+		w.sim.tracef("  world => %s %s%s", k, summary(stored), podState(stored))
 	}
 	w.sim.checker.afterWrite(w.sim, k, "world")
 	return nil
