@@ -63,10 +63,11 @@ const (
 	// replica) fails its optimistic lock.
 	AnnotationShardsMark = Prefix + "shards-mark"
 
-	// LeaseAnnotationPreviousHolder, on a shard's Lease, names the pod
-	// ("<name>/<uid>") whose committed grant the current grant replaced:
-	// the pod the operator marks before it publishes the shard again.
-	LeaseAnnotationPreviousHolder = Prefix + "previous-holder"
+	// LeaseAnnotationPreviousHolders, on a shard's Lease, lists the pods
+	// ("<name>/<uid>", comma-separated) of the committed grants that the
+	// current grant replaced and whose marks are not known to have landed:
+	// the pods the operator marks before it publishes the shard again.
+	LeaseAnnotationPreviousHolders = Prefix + "previous-holders"
 
 	// FieldManagerFence marks the fence that a write to a subresource of a
 	// protected object (status, scale) carries in its field manager: a

@@ -154,6 +154,9 @@ func (r *Reconciler) deleteOrphans(ctx context.Context, s *scope) error {
 		if rec := record.ParseLease(l.Annotations); rec.HolderUID != "" {
 			s.marks[ptr.Deref(l.Spec.HolderIdentity, "")] = rec.HolderUID
 		}
+		for _, h := range record.PreviousHolders(l.Annotations) {
+			s.marks[h.Name] = h.UID
+		}
 	}
 	return kerrors.NewAggregate(errs)
 }

@@ -169,7 +169,7 @@ func (r *Reconciler) grant(ctx context.Context, s *scope, key string, l *coordin
 			Annotations:     map[string]string{},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(s.set, fencingv1alpha1.GroupVersion.WithKind("FencedShardSet"))},
 		}}
-		pendingGrant(l, t, now, s.set)
+		pendingGrant(l, t, now, s.set, false)
 		if err := r.Create(ctx, l); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				return nil, &leaseExistsError{name: l.Name, err: err}
@@ -179,11 +179,24 @@ func (r *Reconciler) grant(ctx context.Context, s *scope, key string, l *coordin
 		return l, nil
 	}
 	l = l.DeepCopy()
-	pendingGrant(l, t, now, s.set)
+	pendingGrant(l, t, now, s.set, published(s, l))
 	if err := r.Update(ctx, l); err != nil {
 		return nil, fmt.Errorf("grant shard %q of FencedShardSet %s to pod %s on Lease %s: %w", key, klog.KObj(s.set), t.Name, l.Name, err)
 	}
 	return l, nil
+}
+
+// published says whether the committed grant on l was published to its
+// pod, as the pods were read (before the Leases): the pod lists the shard
+// with the grant's fence.
+func published(s *scope, l *coordinationv1.Lease) bool {
+	rec := record.ParseLease(l.Annotations)
+	pod, ok := s.pods[ptr.Deref(l.Spec.HolderIdentity, "")]
+	if !ok || string(pod.UID) != rec.HolderUID || rec.Fence == 0 {
+		return false
+	}
+	shards, err := record.ParseShards(pod.Annotations[record.AnnotationShards])
+	return err == nil && shards[l.Labels[record.LabelShard]] == rec.Fence
 }
 
 // leaseExistsError: the Lease of a shard's name exists but was not among the
@@ -201,7 +214,16 @@ func (e *leaseExistsError) Unwrap() error { return e.err }
 // pendingGrant records a pending grant to t on a Lease: a new holder is a
 // transition (acquireTime now, leaseTransitions one more); the fence of
 // the last committed grant stays until the commit replaces it.
-func pendingGrant(l *coordinationv1.Lease, t shard.Target, now metav1.MicroTime, set *fencingv1alpha1.FencedShardSet) {
+//
+// The pod of a committed grant it replaces joins the Lease's previous
+// holders, which are marked before the shard is published again. The
+// previous holders before it are dropped only when that grant was
+// published to its pod (published): the reconcile that published it
+// marked them first, and a failed mark stops a publication. A grant that
+// was never published leaves them to be marked still: a move whose mark
+// failed, followed by another move, must not forget the first pod, whose
+// publication of the first grant may still be in flight.
+func pendingGrant(l *coordinationv1.Lease, t shard.Target, now metav1.MicroTime, set *fencingv1alpha1.FencedShardSet, published bool) {
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}
@@ -209,14 +231,18 @@ func pendingGrant(l *coordinationv1.Lease, t shard.Target, now metav1.MicroTime,
 	prev := ptr.Deref(l.Spec.HolderIdentity, "")
 	switch rec.State {
 	case record.StatePending:
-		// The pending grant replaced was never committed: the pod to mark
-		// is still the one before it.
+		// The pending grant replaced was never committed: the pods to mark
+		// are still those before it.
 	case record.StateHeld, record.StateRevoked:
 		// The pod of the committed grant replaced (this pod too, when it is
 		// granted again) is marked before the shard is published again.
-		record.SetPreviousHolder(l.Annotations, prev, rec.HolderUID)
+		holders := []record.Holder{{Name: prev, UID: rec.HolderUID}}
+		if !published {
+			holders = append(record.PreviousHolders(l.Annotations), holders...)
+		}
+		record.SetPreviousHolders(l.Annotations, holders)
 	default:
-		record.SetPreviousHolder(l.Annotations, "", "")
+		record.SetPreviousHolders(l.Annotations, nil)
 	}
 	if prev != t.Name || rec.HolderUID != t.UID {
 		if prev != "" {

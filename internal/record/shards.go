@@ -22,26 +22,45 @@ const (
 	// the pod: after a shard it owned moved on, before the shard is
 	// published to its new owner.
 	AnnotationShardsMark = Prefix + "shards-mark"
-	// LeasePreviousHolder, on a shard's Lease, names the pod
-	// ("<name>/<uid>") whose committed grant the current grant replaced.
-	LeasePreviousHolder = Prefix + "previous-holder"
+	// LeasePreviousHolders, on a shard's Lease, lists the pods
+	// ("<name>/<uid>", comma-separated) of the committed grants that the
+	// current grant replaced and whose marks are not known to have landed:
+	// each is marked before the shard is published again.
+	LeasePreviousHolders = Prefix + "previous-holders"
 )
 
-// PreviousHolder reads a shard Lease's previous holder: the pod whose
-// committed grant the current one replaced; "" when none.
-func PreviousHolder(annotations map[string]string) (name, uid string) {
-	name, uid, _ = strings.Cut(annotations[LeasePreviousHolder], "/")
-	return name, uid
+// Holder names a pod: its name and UID.
+type Holder struct{ Name, UID string }
+
+// PreviousHolders reads a shard Lease's previous holders; none when the
+// annotation is absent.
+func PreviousHolders(annotations map[string]string) []Holder {
+	var out []Holder
+	for _, v := range strings.Split(annotations[LeasePreviousHolders], ",") {
+		if name, uid, _ := strings.Cut(v, "/"); name != "" {
+			out = append(out, Holder{Name: name, UID: uid})
+		}
+	}
+	return out
 }
 
-// SetPreviousHolder records a shard Lease's previous holder, or removes
-// the record when name is "".
-func SetPreviousHolder(annotations map[string]string, name, uid string) {
-	if name == "" {
-		delete(annotations, LeasePreviousHolder)
+// SetPreviousHolders records a shard Lease's previous holders, each once,
+// or removes the record when there are none.
+func SetPreviousHolders(annotations map[string]string, holders []Holder) {
+	var vs []string
+	seen := map[Holder]bool{}
+	for _, h := range holders {
+		if h.Name == "" || seen[h] {
+			continue
+		}
+		seen[h] = true
+		vs = append(vs, h.Name+"/"+h.UID)
+	}
+	if len(vs) == 0 {
+		delete(annotations, LeasePreviousHolders)
 		return
 	}
-	annotations[LeasePreviousHolder] = name + "/" + uid
+	annotations[LeasePreviousHolders] = strings.Join(vs, ",")
 }
 
 // ShardLeaseName is the name of the Lease that records a shard's grant.

@@ -15,12 +15,13 @@ func TestShardsRoundTrip(t *testing.T) {
 	g.Expect(record.LabelShardSet).To(Equal(fencingv1alpha1.LabelShardSet))
 	g.Expect(record.AnnotationShards).To(Equal(fencingv1alpha1.AnnotationShards))
 	g.Expect(record.AnnotationShardsMark).To(Equal(fencingv1alpha1.AnnotationShardsMark))
-	g.Expect(record.LeasePreviousHolder).To(Equal(fencingv1alpha1.LeaseAnnotationPreviousHolder))
+	g.Expect(record.LeasePreviousHolders).To(Equal(fencingv1alpha1.LeaseAnnotationPreviousHolders))
 	a := map[string]string{}
-	record.SetPreviousHolder(a, "p", "u1")
-	name, uid := record.PreviousHolder(a)
-	g.Expect([]string{name, uid}).To(Equal([]string{"p", "u1"}))
-	record.SetPreviousHolder(a, "", "")
+	g.Expect(record.PreviousHolders(a)).To(BeEmpty())
+	record.SetPreviousHolders(a, []record.Holder{{Name: "p", UID: "u1"}, {Name: "q", UID: "u2"}, {Name: "p", UID: "u1"}})
+	g.Expect(a).To(HaveKeyWithValue(record.LeasePreviousHolders, "p/u1,q/u2"), "each pod once")
+	g.Expect(record.PreviousHolders(a)).To(Equal([]record.Holder{{Name: "p", UID: "u1"}, {Name: "q", UID: "u2"}}))
+	record.SetPreviousHolders(a, nil)
 	g.Expect(a).To(BeEmpty())
 
 	in := map[string]int64{"17": 41302, "3": 41210, "eu": 9}

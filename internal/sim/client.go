@@ -200,8 +200,8 @@ func summary(obj client.Object) string {
 	case *coordinationv1.Lease:
 		if set := o.Labels[record.LabelShardSet]; set != "" {
 			rec := record.ParseLease(o.Annotations)
-			prev, _ := record.PreviousHolder(o.Annotations)
-			return fmt.Sprintf("rv=%s state=%q holder=%s uid=%s fence=%d previous=%s", o.ResourceVersion, rec.State, ptr.Deref(o.Spec.HolderIdentity, ""), rec.HolderUID, rec.Fence, prev)
+			return fmt.Sprintf("rv=%s state=%q holder=%s uid=%s fence=%d previous=%s", o.ResourceVersion, rec.State, ptr.Deref(o.Spec.HolderIdentity, ""), rec.HolderUID, rec.Fence,
+				o.Annotations[record.LeasePreviousHolders])
 		}
 		return fmt.Sprintf("rv=%s state=%q holder=%s fence=%q transitions=%d", o.ResourceVersion, o.Annotations[fencingv1alpha1.LeaseAnnotationState],
 			ptr.Deref(o.Spec.HolderIdentity, ""), o.Annotations[fencingv1alpha1.AnnotationFence], ptr.Deref(o.Spec.LeaseTransitions, 0))

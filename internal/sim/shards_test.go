@@ -104,8 +104,11 @@ func TestSimulationShards(t *testing.T) {
 // applied, and committed the shard to a new pod 9.2 s after it (lease
 // 10 s); 38, a replica whose pod cache lagged read a pod to mark live and
 // took from it a shard granted after its Lease list, whose fence a later
-// reconcile published to it again.
-var shardRegressionSeeds = []int64{5, 38}
+// reconcile published to it again; 475 (Immediate), a shard moved from p7
+// to p10 whose mark of p7 failed, then from p10 to p12: the Lease named
+// only p10 as previous holder, so p7 was never marked, and a paused
+// replica's publication of the first grant to p7 landed beside p12's.
+var shardRegressionSeeds = []int64{5, 38, 475}
 
 // TestSimulationShardsRegressionSeeds replays them: each must now keep
 // every invariant.
