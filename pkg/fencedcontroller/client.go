@@ -192,7 +192,7 @@ func (c *fencedClient) write(verb, what string, isProtected bool, send func(g fe
 
 // Create creates obj, with the fence annotation set if it is protected.
 func (c *fencedClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
-	c, err := c.scoped("create", obj, true)
+	c, err := c.scoped(ctx, "create", obj, true)
 	if err != nil {
 		return err
 	}
@@ -208,7 +208,7 @@ func (c *fencedClient) Create(ctx context.Context, obj client.Object, opts ...cl
 
 // Update updates obj, with the fence annotation set if it is protected.
 func (c *fencedClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
-	c, err := c.scoped("update", obj, true)
+	c, err := c.scoped(ctx, "update", obj, true)
 	if err != nil {
 		return err
 	}
@@ -225,7 +225,7 @@ func (c *fencedClient) Update(ctx context.Context, obj client.Object, opts ...cl
 // Patch patches obj, with the fence annotation set in the patch if obj is
 // protected.
 func (c *fencedClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	c, err := c.scoped("patch", obj, false)
+	c, err := c.scoped(ctx, "patch", obj, false)
 	if err != nil {
 		return err
 	}
@@ -248,7 +248,7 @@ func (c *fencedClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration
 		fence.Annotated
 		client.Object
 	}); ok {
-		c, err := c.scoped("apply", a, true)
+		c, err := c.scoped(ctx, "apply", a, true)
 		if err != nil {
 			return err
 		}
@@ -266,7 +266,7 @@ func (c *fencedClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration
 	if err != nil {
 		return err
 	}
-	if c, err = c.scoped("apply", u, true); err != nil {
+	if c, err = c.scoped(ctx, "apply", u, true); err != nil {
 		return err
 	}
 	err = c.write("apply", c.describe(u), c.protects(u.GetLabels()), func(g fence.Grant, stamped bool) error {
@@ -351,7 +351,7 @@ func toUnstructured(obj runtime.ApplyConfiguration) (*unstructured.Unstructured,
 //
 // Under client.DryRunAll nothing is written (deleteDryRun).
 func (c *fencedClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
-	c, err := c.scoped("delete", obj, false)
+	c, err := c.scoped(ctx, "delete", obj, false)
 	if err != nil {
 		return err
 	}
@@ -473,10 +473,10 @@ func (c *fencedClient) DeleteAllOf(ctx context.Context, obj client.Object, opts 
 	if o := (&client.DeleteAllOfOptions{}).ApplyOptions(opts); o.Namespace != "" {
 		what = strings.TrimSuffix(what, " ") + " in namespace " + o.Namespace
 	}
-	if c.shards != nil && !isEvent(obj) {
+	if c.shards != nil && !c.isEvent(obj) {
 		return fmt.Errorf("delete all of %s refused before it was sent: %w: %w: a sharded client deletes objects one by one, each under its own shard's fence", what, fence.ErrNotHolder, ErrShardNotHeld)
 	}
-	if c.unfenced || isEvent(obj) {
+	if c.unfenced || c.isEvent(obj) {
 		return c.inner.DeleteAllOf(ctx, obj, opts...)
 	}
 	if _, err := c.grant("delete all of", what); err != nil {

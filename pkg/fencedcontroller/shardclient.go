@@ -1,13 +1,14 @@
 package fencedcontroller
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 
-	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/fencedlease/fencedlease/pkg/fence"
@@ -39,6 +40,8 @@ type shardScope struct {
 	shardOf        ShardOf
 	// held is the pod's shards by its latest reading of its shards file.
 	held func() fence.Shards
+	// reader reads the stored object from the API server.
+	reader client.Reader
 }
 
 // ClientShardOptions configure NewShardedClient.
@@ -50,6 +53,12 @@ type ClientShardOptions struct {
 	// Held returns the shards the pod holds now (a fence.ShardWatcher's
 	// Current). It is asked right before every write.
 	Held func() fence.Shards
+	// APIReader reads from the API server, never from a cache (a
+	// manager's GetAPIReader): a patch, a delete and a write of a
+	// subresource are sent only when the stored object carries its shard's
+	// labels, since the fencing webhook checks nothing of an object stored
+	// without them. Nil reads through the client.
+	APIReader client.Reader
 	// FieldManager is as in ClientOptions.
 	FieldManager string
 }
@@ -84,8 +93,29 @@ func NewShardedClient(c client.Client, o ClientShardOptions) (client.Client, err
 	case o.Held == nil:
 		return nil, fmt.Errorf("sharded client of FencedShardSet %s/%s: Held is not set", o.Namespace, o.Set)
 	}
+	reader := o.APIReader
+	if reader == nil {
+		reader = c
+	}
 	return &fencedClient{inner: c, fieldManager: o.FieldManager,
-		shards: &shardScope{set: o.Set, namespace: o.Namespace, shardOf: o.ShardOf, held: o.Held}}, nil
+		shards: &shardScope{set: o.Set, namespace: o.Namespace, shardOf: LabelledFirst(o.Set, o.ShardOf), held: o.Held, reader: reader}}, nil
+}
+
+// LabelledFirst returns the shard of an object labelled with a shard of
+// the set (fencedlease.io/protected-by the set, fencedlease.io/shard its
+// key) from that label, and of any other object from shardOf: an object
+// never changes shards, whatever happens to what shardOf looks at (a
+// label it reads, the shard count it hashes by), since the fencing webhook
+// refuses any change of its shard label.
+func LabelledFirst(set string, shardOf ShardOf) ShardOf {
+	return func(obj client.Object) (string, bool) {
+		if l := obj.GetLabels(); l[LabelProtectedBy] == set {
+			if key, ok := l[LabelShard]; ok && key != "" {
+				return key, true
+			}
+		}
+		return shardOf(obj)
+	}
 }
 
 // protects says whether a write of an object with these labels is
@@ -98,17 +128,27 @@ func (c *fencedClient) protects(labels map[string]string) bool {
 // itself. Sharded, a copy whose grant is obj's shard's (asked again right
 // before each send), or the error of a refused write: see
 // NewShardedClient. With label, obj gets its shard's labels.
-func (c *fencedClient) scoped(verb string, obj client.Object, label bool) (*fencedClient, error) {
+//
+// Without label (a patch, a delete, a write of a subresource), the object
+// as stored must carry its shard's labels too, read from the API server:
+// the caller's copy may carry labels that the stored object lacks (an
+// Update that added them and failed), and the fencing webhook checks
+// nothing of an object stored without them. Once stored, the labels stay:
+// only the operator and break-glass users may remove or change them.
+func (c *fencedClient) scoped(ctx context.Context, verb string, obj client.Object, label bool) (*fencedClient, error) {
 	s := c.shards
 	if s == nil {
 		return c, nil
 	}
-	if isEvent(obj) {
+	if c.isEvent(obj) {
 		return &fencedClient{inner: c.inner, fieldManager: c.fieldManager, shards: s, unfenced: true}, nil
 	}
 	what := c.describe(obj)
 	refuse := func(format string, args ...any) error {
 		return fmt.Errorf("%s %s refused before it was sent: %w: %w: %s", verb, what, fence.ErrNotHolder, ErrShardNotHeld, fmt.Sprintf(format, args...))
+	}
+	if namespaced, err := c.inner.IsObjectNamespaced(obj); err != nil || !namespaced {
+		return nil, refuse("FencedShardSet %s/%s protects only namespaced objects of namespace %s (%v)", s.namespace, s.set, s.namespace, err)
 	}
 	if obj.GetNamespace() != s.namespace {
 		return nil, refuse("FencedShardSet %s/%s protects only objects of namespace %s", s.namespace, s.set, s.namespace)
@@ -132,11 +172,38 @@ func (c *fencedClient) scoped(verb string, obj client.Object, label bool) (*fenc
 		}
 		l[LabelProtectedBy], l[LabelShard] = s.set, key
 		obj.SetLabels(l)
-	} else if labels[LabelProtectedBy] != s.set || labels[LabelShard] != key {
-		return nil, refuse("it is not labelled %s=%s, %s=%s: write it with Create or Update first, which label it",
-			LabelProtectedBy, s.set, LabelShard, key)
+	} else {
+		if labels[LabelProtectedBy] != s.set || labels[LabelShard] != key {
+			return nil, refuse("it is not labelled %s=%s, %s=%s: write it with Create or Update first, which label it",
+				LabelProtectedBy, s.set, LabelShard, key)
+		}
+		if err := s.storedLabelled(ctx, obj, key); err != nil {
+			return nil, refuse("%v", err)
+		}
 	}
 	return &fencedClient{inner: c.inner, grants: g, fieldManager: c.fieldManager, shards: s}, nil
+}
+
+// storedLabelled reads obj as stored, from the API server, and says why it
+// may not be written without a label of its own: it is stored without its
+// shard's labels. An object not stored yet is for the API server to judge
+// (a patch of it fails; an apply creates it with the labels it carries).
+func (s *shardScope) storedLabelled(ctx context.Context, obj client.Object, key string) error {
+	stored, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return fmt.Errorf("cannot copy %T to read it as stored", obj)
+	}
+	switch err := s.reader.Get(ctx, client.ObjectKeyFromObject(obj), stored); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read it as stored, to check its labels: %w", err)
+	}
+	if l := stored.GetLabels(); l[LabelProtectedBy] != s.set || l[LabelShard] != key {
+		return fmt.Errorf("it is stored without the labels %s=%s, %s=%s (its copy has them): the fencing webhook would not check this write; write the object with Update first, which labels it",
+			LabelProtectedBy, s.set, LabelShard, key)
+	}
+	return nil
 }
 
 // shardGrant is the grant of one shard, as the pod's latest reading of its
@@ -158,12 +225,9 @@ func (g shardGrant) notHeld() string {
 }
 
 // isEvent says whether obj is an Event, which records what happened and
-// is no state a shard's owner keeps.
-func isEvent(obj client.Object) bool {
-	switch obj.(type) {
-	case *corev1.Event, *eventsv1.Event:
-		return true
-	}
-	gvk := obj.GetObjectKind().GroupVersionKind()
-	return gvk.Kind == "Event" && (gvk.Group == "" || gvk.Group == eventsv1.GroupName)
+// is no state a shard's owner keeps. The kind is the one the client writes
+// obj as: for a typed object the scheme's, whatever its TypeMeta says.
+func (c *fencedClient) isEvent(obj client.Object) bool {
+	gvk, err := c.inner.GroupVersionKindFor(obj)
+	return err == nil && gvk.Kind == "Event" && (gvk.Group == "" || gvk.Group == eventsv1.GroupName)
 }

@@ -6,8 +6,10 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta/testrestmapper"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -19,7 +21,7 @@ import (
 // sharded by label "tenant", holding shard "eu" at fence 7.
 func shardedClient(t *testing.T) (client.Client, client.Client) {
 	t.Helper()
-	inner := fake.NewClientBuilder().Build()
+	inner := fake.NewClientBuilder().WithRESTMapper(testrestmapper.TestOnlyStaticRESTMapper(clientgoscheme.Scheme)).Build()
 	c, err := fencedcontroller.NewShardedClient(inner, fencedcontroller.ClientShardOptions{
 		Set: "work", Namespace: "ns", ShardOf: fencedcontroller.ShardByLabel("tenant"),
 		Held: func() fence.Shards { return fence.Shards{"eu": 7} }, FieldManager: "test",

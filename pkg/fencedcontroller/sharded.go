@@ -31,7 +31,8 @@ type ShardedOptions struct {
 	// own namespace.
 	Namespace string
 	// ShardOf gives each object's shard: ShardByName, ShardByLabel, or
-	// the application's own.
+	// the application's own. An object already labelled with a shard of
+	// the set keeps it, whatever ShardOf says (LabelledFirst).
 	ShardOf ShardOf
 	// Dir holds the shards file (fence.ShardsFile); fence.DefaultDir when
 	// empty, where the operator projects it.
@@ -50,6 +51,7 @@ func (o ShardedOptions) withDefaults(cfg *rest.Config) (ShardedOptions, error) {
 	if o.ShardOf == nil {
 		return o, fmt.Errorf("FencedShardSet %s: ShardedOptions.ShardOf is not set", o.Set)
 	}
+	o.ShardOf = LabelledFirst(o.Set, o.ShardOf)
 	if o.Namespace == "" {
 		o.Namespace = os.Getenv("POD_NAMESPACE")
 	}
@@ -108,6 +110,7 @@ func NewShardedManager(cfg *rest.Config, opts manager.Options, o ShardedOptions)
 	}
 	c, err := NewShardedClient(inner.GetClient(), ClientShardOptions{
 		Set: o.Set, Namespace: o.Namespace, ShardOf: o.ShardOf, Held: w.Current, FieldManager: o.FieldManager,
+		APIReader: inner.GetAPIReader(),
 	})
 	if err != nil {
 		_ = w.Close()

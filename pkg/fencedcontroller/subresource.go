@@ -38,9 +38,9 @@ func (s *subResourceClient) Get(ctx context.Context, obj, subResource client.Obj
 // the caller gave it, and once more stamped if the fencing webhook refuses
 // it for its missing fence. send gets the field manager to set ("" for
 // none) and the grant's fence (0 when unstamped).
-func (s *subResourceClient) write(verb string, obj client.Object, labels map[string]string, manager string,
+func (s *subResourceClient) write(ctx context.Context, verb string, obj client.Object, labels map[string]string, manager string,
 	send func(c *fencedClient, fm string, fenceValue int64) error) error {
-	c, err := s.c.scoped(verb+" "+s.name+" of", obj, false)
+	c, err := s.c.scoped(ctx, verb+" "+s.name+" of", obj, false)
 	if err != nil {
 		return err
 	}
@@ -72,7 +72,7 @@ func owner[O any](opts []O, fm string, as func(client.FieldOwner) O) []O {
 // obj is protected.
 func (s *subResourceClient) Create(ctx context.Context, obj, subResource client.Object, opts ...client.SubResourceCreateOption) error {
 	o := (&client.SubResourceCreateOptions{}).ApplyOptions(opts)
-	return s.write("create", obj, obj.GetLabels(), o.FieldManager, func(_ *fencedClient, fm string, _ int64) error {
+	return s.write(ctx, "create", obj, obj.GetLabels(), o.FieldManager, func(_ *fencedClient, fm string, _ int64) error {
 		return s.writer.Create(ctx, obj, subResource, owner(opts, fm, func(f client.FieldOwner) client.SubResourceCreateOption { return f })...)
 	})
 }
@@ -81,7 +81,7 @@ func (s *subResourceClient) Create(ctx context.Context, obj, subResource client.
 // obj is protected.
 func (s *subResourceClient) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 	o := (&client.SubResourceUpdateOptions{}).ApplyOptions(opts)
-	return s.write("update", obj, obj.GetLabels(), o.FieldManager, func(_ *fencedClient, fm string, _ int64) error {
+	return s.write(ctx, "update", obj, obj.GetLabels(), o.FieldManager, func(_ *fencedClient, fm string, _ int64) error {
 		return s.writer.Update(ctx, obj, owner(opts, fm, func(f client.FieldOwner) client.SubResourceUpdateOption { return f })...)
 	})
 }
@@ -91,7 +91,7 @@ func (s *subResourceClient) Update(ctx context.Context, obj client.Object, opts 
 // subresource write is in its field manager.
 func (s *subResourceClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 	o := (&client.SubResourcePatchOptions{}).ApplyOptions(opts)
-	return s.write("patch", obj, obj.GetLabels(), o.FieldManager, func(_ *fencedClient, fm string, _ int64) error {
+	return s.write(ctx, "patch", obj, obj.GetLabels(), o.FieldManager, func(_ *fencedClient, fm string, _ int64) error {
 		return s.writer.Patch(ctx, obj, patch, owner(opts, fm, func(f client.FieldOwner) client.SubResourcePatchOption { return f })...)
 	})
 }
@@ -108,7 +108,7 @@ func (s *subResourceClient) Apply(ctx context.Context, obj runtime.ApplyConfigur
 	if err != nil {
 		return err
 	}
-	return s.write("apply", u, u.GetLabels(), o.FieldManager, func(c *fencedClient, fm string, fenceValue int64) error {
+	return s.write(ctx, "apply", u, u.GetLabels(), o.FieldManager, func(c *fencedClient, fm string, fenceValue int64) error {
 		send := func(force bool) error {
 			all := owner(opts, fm, func(f client.FieldOwner) client.SubResourceApplyOption { return f })
 			if force {
