@@ -71,10 +71,12 @@ type ClientShardOptions struct {
 //   - Create, Update and Apply add the labels LabelProtectedBy (the set)
 //     and LabelShard (the object's shard) to the object;
 //   - Patch, Delete and writes of a subresource need the object, as the
-//     caller gives it, to carry them already (a patch cannot be sure to
-//     add them to the stored object: write the object with Update first);
+//     caller gives it and as stored (read with APIReader), to carry them
+//     already (a patch cannot be sure to add them to the stored object:
+//     write the object with Update first);
 //   - a write of an object of no shard, of a shard not held, outside the
-//     set's namespace, or with another protector's label, and DeleteAllOf,
+//     set's namespace or cluster-scoped, or with another protector's
+//     label, and DeleteAllOf,
 //     is refused without being sent: the error wraps fence.ErrNotHolder and
 //     ErrShardNotHeld and names the object;
 //   - Events (core and events.k8s.io) are not state: they are sent as they
