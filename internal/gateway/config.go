@@ -121,8 +121,9 @@ func LoadConfig(path string) (*Config, error) {
 	return &c, nil
 }
 
-// Validate checks every route: names that Kubernetes accepts, and no two
-// routes for the same bucket and prefix.
+// Validate checks every route: names that Kubernetes accepts, no two
+// routes for the same bucket and prefix, a shard route's prefix empty or
+// ending in "/", and no route under a shard route's prefix.
 func (c *Config) Validate() error {
 	if len(c.Routes) == 0 {
 		return fmt.Errorf("no routes")
@@ -138,11 +139,22 @@ func (c *Config) Validate() error {
 		if err := r.validateLock(); err != nil {
 			return fmt.Errorf("route %d (bucket %q prefix %q): %w", i, r.Bucket, r.Prefix, err)
 		}
+		if r.FencedShardSet != "" && r.Prefix != "" && !strings.HasSuffix(r.Prefix, "/") {
+			return fmt.Errorf("route %d (bucket %q prefix %q): the prefix of a shard route must be empty or end in \"/\": the shard is the path segment after it", i, r.Bucket, r.Prefix)
+		}
 		k := r.Bucket + "/" + r.Prefix
 		if seen[k] {
 			return fmt.Errorf("route %d: bucket %q prefix %q is routed twice", i, r.Bucket, r.Prefix)
 		}
 		seen[k] = true
+	}
+	for i, r := range c.Routes {
+		for j, o := range c.Routes {
+			if i != j && r.FencedShardSet != "" && o.Bucket == r.Bucket && len(o.Prefix) > len(r.Prefix) && strings.HasPrefix(o.Prefix, r.Prefix) {
+				return fmt.Errorf("route %d (bucket %q prefix %q) lies under shard route %d (prefix %q): it would take keys of the shards of FencedShardSet %s/%s from their owners",
+					j, o.Bucket, o.Prefix, i, r.Prefix, r.Namespace, r.FencedShardSet)
+			}
+		}
 	}
 	return nil
 }

@@ -99,6 +99,12 @@ func TestConfig(t *testing.T) {
 		{Config{Routes: []Route{{Bucket: "b", Namespace: "ns", FencedShardSet: "Bad_set"}}}, `route 0 (bucket "b" prefix ""): invalid fencedShardSet "Bad_set"`},
 		{Config{Routes: []Route{{Bucket: "b", Namespace: "ns", FencedLease: "x"}, {Bucket: "b", Namespace: "ns2", FencedLease: "y"}}},
 			`route 1: bucket "b" prefix "" is routed twice`},
+		{Config{Routes: []Route{{Bucket: "b", Prefix: "regions", Namespace: "ns", FencedShardSet: "s"}}},
+			`route 0 (bucket "b" prefix "regions"): the prefix of a shard route must be empty or end in "/"`},
+		{Config{Routes: []Route{{Bucket: "b", Prefix: "regions/", Namespace: "ns", FencedShardSet: "s"}, {Bucket: "b", Prefix: "regions/eu/", Namespace: "other", FencedLease: "x"}}},
+			`route 1 (bucket "b" prefix "regions/eu/") lies under shard route 0 (prefix "regions/")`},
+		{Config{Routes: []Route{{Bucket: "b", Namespace: "ns", FencedShardSet: "s"}, {Bucket: "b", Prefix: "eu/", Namespace: "ns", FencedShardSet: "t"}}},
+			`route 1 (bucket "b" prefix "eu/") lies under shard route 0 (prefix "")`},
 	} {
 		g.Expect(bad.c.Validate()).To(MatchError(HavePrefix(bad.err)))
 	}
