@@ -84,8 +84,8 @@ func (r *Reconciler) marksFor(s *scope, owned map[string]map[string]int64) map[s
 			if current[key] == fence {
 				continue
 			}
-			if prev, uid := record.PreviousHolder(s.leases[key].Annotations); prev != "" {
-				marks[prev] = uid
+			for _, h := range record.PreviousHolders(s.leases[key].Annotations) {
+				marks[h.Name] = h.UID
 			}
 		}
 	}
