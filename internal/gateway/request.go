@@ -91,6 +91,10 @@ func Classify(r *http.Request) Op {
 		return op
 	case key == "":
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			if n := len(q["prefix"]); n > 1 {
+				// The route is judged by the first; a store may list by another.
+				return Op{Kind: Invalid, Code: CodeInvalidArgument, Bucket: bucket, Why: fmt.Sprintf("listing refused: parameter prefix is given %d times", n)}
+			}
 			if err := CheckPrefix(q.Get("prefix")); err != nil {
 				return Op{Kind: Invalid, Code: CodeInvalidArgument, Bucket: bucket, Why: fmt.Sprintf("listing prefix %q refused: %v", q.Get("prefix"), err)}
 			}

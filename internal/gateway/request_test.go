@@ -49,6 +49,8 @@ func TestClassify(t *testing.T) {
 		{"PUT", "/reports/a%20b%2Bc%C3%A9", nil, Op{Kind: PutObject, Bucket: "reports", Key: "a b+cé"}},
 		{"GET", "/reports?list-type=2&prefix=monthly/../daily/", nil, Op{Kind: Invalid, Code: CodeInvalidArgument, Bucket: "reports",
 			Why: `listing prefix "monthly/../daily/" refused: it has a ".." segment`}},
+		{"GET", "/reports?list-type=2&prefix=monthly/&prefix=", nil, Op{Kind: Invalid, Code: CodeInvalidArgument, Bucket: "reports",
+			Why: `listing refused: parameter prefix is given 2 times`}},
 		{"PUT", "/reports/b", map[string]string{"X-Amz-Copy-Source": "reports/a/../../other/b"}, Op{Kind: Invalid, Code: CodeInvalidArgument,
 			Bucket: "reports", Key: "b", Why: `x-amz-copy-source "reports/a/../../other/b" refused: it has a ".." segment`}},
 		{"POST", "/reports/monthly/a.csv", nil, Op{Bucket: "reports", Key: "monthly/a.csv", Why: "POST on an object is not forwarded"}},
