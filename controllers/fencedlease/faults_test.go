@@ -276,7 +276,7 @@ func TestTwoOperatorsWithoutLeaderElectionKeepOneHolder(t *testing.T) {
 
 func TestFenceRegressionRefusesToGrant(t *testing.T) {
 	f := newFixture(t)
-	f.startManager(testenv.ManagerOptions{})
+	m := f.startManager(testenv.ManagerOptions{})
 	f.fencedLease("db", func(fl *fencingv1alpha1.FencedLease) { fl.Spec.Takeover = fencingv1alpha1.TakeoverImmediate })
 	a := f.readyPod("a", time.Hour)
 	f.readyPod("b", time.Minute)
@@ -288,6 +288,14 @@ func TestFenceRegressionRefusesToGrant(t *testing.T) {
 	base := fl.DeepCopy()
 	fl.Status.Fence = 9000000000000000000
 	f.g.Expect(f.c.Status().Patch(f.ctx, fl, client.MergeFrom(base))).To(Succeed())
+	// The operator decides from its cache: the holder dies once the cache
+	// has the record, or the grant that follows would be judged against
+	// the fence before it.
+	f.g.Eventually(func(g Gomega) {
+		seen := &fencingv1alpha1.FencedLease{}
+		g.Expect(m.GetClient().Get(f.ctx, client.ObjectKeyFromObject(fl), seen)).To(Succeed())
+		g.Expect(seen.Status.Fence).To(Equal(fl.Status.Fence))
+	}).WithTimeout(timeout).Should(Succeed())
 
 	// The holder dies: its grant ends, and nobody else is granted.
 	f.g.Expect(testenv.SetContainersNotReady(f.ctx, f.c, a)).To(Succeed())
