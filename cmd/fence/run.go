@@ -258,10 +258,17 @@ func (r *runner) supervise(hctx context.Context, tok fence.Token) (int, bool, er
 			r.logf("%v; stopping %s (pid %d)", context.Cause(hctx), r.argv[0], cmd.Process.Pid)
 			st.ask(r, cmd, time.Now().Add(r.grace))
 		case <-soft.C:
-			r.logf("the grant with fence %d was not renewed and ends by this pod's clock at its deadline; stopping %s (pid %d)",
-				tok.Fence, r.argv[0], cmd.Process.Pid)
+			r.logDeadline(tok, cmd)
 			st.ask(r, cmd, time.Time{})
 		case <-hard.C:
+			if !st.asked {
+				// Continued long past the deadline, both timers are due and
+				// the kill may be chosen first: it is still the deadline
+				// that stops the command, said as such, and fence run then
+				// waits for holdership again as after any lost grant.
+				r.logDeadline(tok, cmd)
+				st.asked = true
+			}
 			if !st.killed {
 				st.killed = true
 				if deadline, _, ok := r.h.Deadline(tok.Fence, r.grace); ok && (st.killBy.IsZero() || deadline.Before(st.killBy)) {
@@ -341,6 +348,12 @@ func (r *runner) signal(cmd *exec.Cmd, sig syscall.Signal) {
 	if err := syscall.Kill(-cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		r.logf("send %v to process group %d: %v", sig, cmd.Process.Pid, err)
 	}
+}
+
+// logDeadline says that the grant ended by this pod's own clock.
+func (r *runner) logDeadline(tok fence.Token, cmd *exec.Cmd) {
+	r.logf("the grant with fence %d was not renewed and ends by this pod's clock at its deadline; stopping %s (pid %d)",
+		tok.Fence, r.argv[0], cmd.Process.Pid)
 }
 
 func (r *runner) logf(format string, args ...any) {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/fencedlease/fencedlease/pkg/fence"
 	"github.com/fencedlease/fencedlease/test/harness"
 )
 
@@ -371,4 +374,46 @@ func TestRunRejectsABadRenewal(t *testing.T) {
 	g.Expect(errors.As(err, &exitErr)).To(BeTrue())
 	g.Expect(exitErr.ExitCode()).To(Equal(2))
 	g.Expect(string(out)).To(HavePrefix("fence: run: --renewal=\"sometimes\": want auto, holder or operator\n"))
+}
+
+// pastDeadline is a holdership whose grant's deadline has already passed,
+// with no lead: the stop and the kill fall due at the same instant, as when
+// fence run is continued long after its deadline. Asked again, it has no
+// deadline any more: after the first stop or kill, the command's exit is
+// all that is left to wait for, as on a loaded machine where the killed
+// command is reaped before fence run looks at its timers again.
+type pastDeadline struct {
+	at    time.Time
+	calls *int
+}
+
+func (pastDeadline) HolderContext(ctx context.Context) (context.Context, fence.Token, error) {
+	return ctx, fence.Token{}, nil
+}
+func (pastDeadline) Release(context.Context, int64) error { return nil }
+func (p pastDeadline) Deadline(int64, time.Duration) (time.Time, time.Duration, bool) {
+	*p.calls++
+	return p.at, 0, *p.calls == 1
+}
+func (pastDeadline) Changed() <-chan struct{} { return nil }
+func (pastDeadline) Close() error             { return nil }
+
+// TestRunStopsAtAPassedDeadlineAndSaysWhy: whichever of the due stop and
+// kill fence run takes first, it says that the deadline stopped the
+// command, reports how the command ended, and waits for holdership again
+// rather than exit. Select picks among ready cases at random, so the kill
+// comes first in about half of the runs.
+func TestRunStopsAtAPassedDeadlineAndSaysWhy(t *testing.T) {
+	for i := range 40 {
+		g := NewWithT(t)
+		out := &harness.SyncBuffer{}
+		r := &runner{argv: []string{"/bin/sleep", "100"}, grace: time.Minute, h: pastDeadline{at: time.Now().Add(-time.Second), calls: new(int)},
+			sigs: make(chan os.Signal), stderr: out}
+		tok := fence.Token{Role: fence.RoleHolder, Fence: int64(100 + i), Lease: "db"}
+		_, done, err := r.supervise(context.Background(), tok)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(done).To(BeFalse(), "run %d: fence run waits for holdership again\n%s", i, out)
+		g.Expect(out.String()).To(ContainSubstring(fmt.Sprintf("the grant with fence %d was not renewed and ends by this pod's clock at its deadline; stopping /bin/sleep", tok.Fence)), "run %d", i)
+		g.Expect(out.String()).To(MatchRegexp(`/bin/sleep \(pid \d+\) stopped \(signal: (terminated|killed)\); waiting for holdership`), "run %d", i)
+	}
 }
