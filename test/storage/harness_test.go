@@ -72,6 +72,7 @@ func readyPod(t *testing.T, ns, name string, labels map[string]string, readyFor 
 type testGateway struct {
 	*httptest.Server
 	registry *prometheus.Registry
+	gateway  *gateway.Server
 }
 
 // startGateway serves a gateway in front of the S3 server with the routes;
@@ -132,9 +133,10 @@ func startGatewayWith(t *testing.T, upstream string, routes []gateway.Route, mut
 	if err := o.Config.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(gateway.New(o))
+	gw := gateway.New(o)
+	srv := httptest.NewServer(gw)
 	t.Cleanup(srv.Close)
-	return &testGateway{Server: srv, registry: reg}
+	return &testGateway{Server: srv, registry: reg, gateway: gw}
 }
 
 // credentials writes what the kubelet projects into a pod at

@@ -204,7 +204,13 @@ func TestAbandonedWritesFreeTheirSlots(t *testing.T) {
 	gw := startGatewayWith(t, store.Endpoint, h.routes(), func(o *gateway.Options) { o.MaxInFlight = 3 })
 	body := "by A, again"
 	stalled := startTrickle(t, h.url(gw, "k"), h.a.holderHeaders(), len(body), body[:3])
+	// The stalled upload holds the key before the others come: the only
+	// request, it has taken the key's lock once the key is in flight. (A
+	// write that came first would write its whole body, and the stalled
+	// one, judged after it, would find the key changed by the time its
+	// last byte goes.)
 	g.Eventually(func() float64 { return inFlight(gw) }).WithTimeout(timeout).Should(Equal(1.0))
+	g.Eventually(gw.gateway.KeysInFlight).WithTimeout(timeout).Should(Equal(1))
 	var waiting []*trickle
 	for range 2 {
 		waiting = append(waiting, startTrickle(t, h.url(gw, "k"), h.a.holderHeaders(), len(body), body))
