@@ -27,17 +27,27 @@ const (
 	// current grant replaced and whose marks are not known to have landed:
 	// each is marked before the shard is published again.
 	LeasePreviousHolders = Prefix + "previous-holders"
+	// leasePreviousHolder is the one-name record that operators before
+	// previous-holders wrote ("<name>/<uid>"). It is still read, so that a
+	// mark owed when the operator was upgraded is not forgotten, and it is
+	// dropped whenever previous-holders is written.
+	leasePreviousHolder = Prefix + "previous-holder"
 )
 
 // Holder names a pod: its name and UID.
 type Holder struct{ Name, UID string }
 
-// PreviousHolders reads a shard Lease's previous holders; none when the
-// annotation is absent.
+// PreviousHolders reads a shard Lease's previous holders, each once: those
+// of previous-holders and the one of the older previous-holder; none when
+// neither is there.
 func PreviousHolders(annotations map[string]string) []Holder {
 	var out []Holder
-	for _, v := range strings.Split(annotations[LeasePreviousHolders], ",") {
-		if name, uid, _ := strings.Cut(v, "/"); name != "" {
+	values := strings.Split(annotations[LeasePreviousHolders], ",")
+	if v, ok := annotations[leasePreviousHolder]; ok {
+		values = append(values, v)
+	}
+	for _, v := range values {
+		if name, uid, _ := strings.Cut(v, "/"); name != "" && !slices.Contains(out, Holder{Name: name, UID: uid}) {
 			out = append(out, Holder{Name: name, UID: uid})
 		}
 	}
@@ -56,6 +66,7 @@ func SetPreviousHolders(annotations map[string]string, holders []Holder) {
 		seen[h] = true
 		vs = append(vs, h.Name+"/"+h.UID)
 	}
+	delete(annotations, leasePreviousHolder)
 	if len(vs) == 0 {
 		delete(annotations, LeasePreviousHolders)
 		return

@@ -24,6 +24,19 @@ func TestShardsRoundTrip(t *testing.T) {
 	record.SetPreviousHolders(a, nil)
 	g.Expect(a).To(BeEmpty())
 
+	// A Lease written by an operator that recorded one previous holder
+	// (fencedlease.io/previous-holder) keeps the mark it owes after an
+	// upgrade, and loses the old key at the next write.
+	old := map[string]string{"fencedlease.io/previous-holder": "r/u3"}
+	g.Expect(record.PreviousHolders(old)).To(Equal([]record.Holder{{Name: "r", UID: "u3"}}))
+	old[record.LeasePreviousHolders] = "p/u1,r/u3"
+	g.Expect(record.PreviousHolders(old)).To(Equal([]record.Holder{{Name: "p", UID: "u1"}, {Name: "r", UID: "u3"}}), "each pod once")
+	record.SetPreviousHolders(old, record.PreviousHolders(old))
+	g.Expect(old).To(Equal(map[string]string{record.LeasePreviousHolders: "p/u1,r/u3"}))
+	old["fencedlease.io/previous-holder"] = "r/u3"
+	record.SetPreviousHolders(old, nil)
+	g.Expect(old).To(BeEmpty())
+
 	in := map[string]int64{"17": 41302, "3": 41210, "eu": 9}
 	v := record.FormatShards(in)
 	g.Expect(v).To(Equal(`{"17":"41302","3":"41210","eu":"9"}`))
