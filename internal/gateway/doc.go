@@ -10,8 +10,8 @@
 // caches lag) and admits the write only from the current holder pod with the
 // current fence. A route may name a FencedShardSet instead: the first path
 // segment after the route's prefix is the shard key, and the shard's Lease
-// ("<set>-<key>", the same grant record) is read instead, with the set, on
-// every write (ShardRoute, ReadShardGrant). It keeps each object's last accepted fence in the object's
+// ("<set>-<key>", the same grant record) is read instead on every write,
+// the set from a short cache (ShardRoute, ReadShardGrant). It keeps each object's last accepted fence in the object's
 // user metadata (MetaFence) and makes every write conditional on the
 // object's ETag (If-Match, or If-None-Match: * when absent), after checking
 // the presented fence against the stored one: two gateway replicas cannot
