@@ -36,7 +36,7 @@ func (r *setReads) Get(ctx context.Context, key client.ObjectKey, obj client.Obj
 	return r.Reader.Get(ctx, key, obj, opts...)
 }
 
-// TestShardRouteReadsTheSetOnlyWhenItMustOrOnExpiry: a shard route reads
+// TestShardRouteReadsTheSetOnlyWhenItMust: a shard route reads
 // the shard's Lease on every write, and the FencedShardSet from a cache,
 // read again only when the cached set lacks the key or does not control
 // the Lease. On a real API server, with the pod's own token: five writes
@@ -45,7 +45,7 @@ func (r *setReads) Get(ctx context.Context, key client.ObjectKey, obj client.Obj
 // (the old fence refused, the new one accepted); a shard removed from the
 // set is refused at once, its Lease gone, though the cached set still
 // lists it.
-func TestShardRouteReadsTheSetOnlyWhenItMustOrOnExpiry(t *testing.T) {
+func TestShardRouteReadsTheSetOnlyWhenItMust(t *testing.T) {
 	needsServers(t)
 	g := NewWithT(t)
 	ctx := context.Background()
