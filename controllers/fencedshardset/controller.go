@@ -3,6 +3,8 @@ package fencedshardset
 import (
 	"context"
 	"fmt"
+	"math"
+	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -104,6 +106,23 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, set *fencingv1alpha1.F
 	if err := r.APIReader.List(ctx, leases, client.InNamespace(set.Namespace), client.MatchingLabels{record.LabelShardSet: set.Name}); err != nil {
 		return fmt.Errorf("list the Leases of FencedShardSet %s: %w", key, err)
 	}
+	// The cache may still show a set that is gone, and whose name a new
+	// set has taken: the pods and their shards are then the new set's.
+	// Read after the Leases, a live set of this UID existed after their
+	// list, so a set created since under its name granted every one of
+	// its shards with a fence above the list's resourceVersion: only
+	// fences up to it are taken from the pods.
+	live := &fencingv1alpha1.FencedShardSet{}
+	if err := r.APIReader.Get(ctx, key, live); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("read FencedShardSet %s: %w", key, err))
+	}
+	if live.UID != set.UID || !controllerutil.ContainsFinalizer(live, fencingv1alpha1.Finalizer) {
+		return nil
+	}
+	upTo, err := strconv.ParseInt(leases.ResourceVersion, 10, 64)
+	if err != nil {
+		upTo = math.MaxInt64
+	}
 	s := &scope{set: set, marks: map[string]string{}}
 	for i := range leases.Items {
 		if metav1.IsControlledBy(&leases.Items[i], set) {
@@ -118,15 +137,28 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, set *fencingv1alpha1.F
 		return fmt.Errorf("list the pods of FencedShardSet %s: %w", key, err)
 	}
 	s.pods = map[string]*corev1.Pod{}
+	later := map[string]map[string]int64{}
 	for i := range pods.Items {
-		s.pods[pods.Items[i].Name] = &pods.Items[i]
+		pod := &pods.Items[i]
+		s.pods[pod.Name] = pod
+		shards, _ := record.ParseShards(pod.Annotations[record.AnnotationShards])
+		for k, f := range shards {
+			if f > upTo {
+				if later[pod.Name] == nil {
+					later[pod.Name] = map[string]int64{}
+				}
+				later[pod.Name][k] = f
+			}
+		}
 	}
-	if err := r.markAndTake(ctx, s, nil, s.marks); err != nil {
+	if err := r.markAndTake(ctx, s, later, s.marks); err != nil {
 		return err
 	}
-	base := set.DeepCopy()
-	controllerutil.RemoveFinalizer(set, fencingv1alpha1.Finalizer)
-	if err := r.Patch(ctx, set, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
+	// On the version read live: never the finalizer of a set created
+	// since under the same name.
+	base := live.DeepCopy()
+	controllerutil.RemoveFinalizer(live, fencingv1alpha1.Finalizer)
+	if err := r.Patch(ctx, live, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("remove the finalizer of FencedShardSet %s: %w", key, err)
 	}
 	r.forgetMetrics(key)
@@ -138,13 +170,23 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, set *fencingv1alpha1.F
 // read, so a Lease written since stays for the next reconcile to judge.
 // The pods their grants named are marked before anything is published
 // (publish). A shard the set has again later gets a new Lease, whose fence
-// is above every fence the old one had.
+// is above every fence the old one had. Under Safe, a shrunk set's shard
+// whose grant is committed is revoked first, and its Lease deleted once the
+// revocation is a lease duration old (retire): a shard added back, or
+// brought back by a replica that has not seen the shrink yet, is then
+// granted to another pod no sooner than after a move.
 func (r *Reconciler) deleteOrphans(ctx context.Context, s *scope) error {
 	if s.marks == nil {
 		s.marks = map[string]string{}
 	}
 	var errs []error
 	for _, l := range s.orphans {
+		if retired, err := r.retire(ctx, s, l); err != nil || !retired {
+			if err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
 		pre := client.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion}
 		if err := r.Delete(ctx, l, pre); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete Lease %s of a shard FencedShardSet %s no longer has: %w", client.ObjectKeyFromObject(l), client.ObjectKeyFromObject(s.set), err))
@@ -159,6 +201,37 @@ func (r *Reconciler) deleteOrphans(ctx context.Context, s *scope) error {
 		}
 	}
 	return kerrors.NewAggregate(errs)
+}
+
+// retire says whether an orphan Lease may be deleted now: always while the
+// set is being deleted or under Immediate, and under Safe once its grant
+// is not committed or was revoked a lease duration ago, counted as a
+// move's wait is (revocations). A committed grant is revoked here, and the
+// reconcile comes back when the wait is over.
+func (r *Reconciler) retire(ctx context.Context, s *scope, l *coordinationv1.Lease) (bool, error) {
+	if !s.set.DeletionTimestamp.IsZero() || s.set.Spec.Takeover == fencingv1alpha1.TakeoverImmediate {
+		return true, nil
+	}
+	var since time.Time
+	switch record.ParseLease(l.Annotations).State {
+	case record.StateHeld:
+		if _, err := r.revoke(ctx, s, l); err != nil {
+			return false, fmt.Errorf("revoke the grant of a shard FencedShardSet %s no longer has: %w", client.ObjectKeyFromObject(s.set), err)
+		}
+		since = r.Clock.Now()
+	case record.StateRevoked:
+		since = r.revoked.since(l, s.leasesRead)
+	default:
+		return true, nil
+	}
+	until := since.Add(leaseDuration(s.set))
+	if !until.After(s.now) {
+		return true, nil
+	}
+	if s.wait.IsZero() || until.Before(s.wait) {
+		s.wait = until
+	}
+	return false, nil
 }
 
 // SetupWithManager registers the controller: a set is reconciled when it

@@ -315,3 +315,76 @@ func TestCollidingLeaseNamesAreAConflict(t *testing.T) {
 		g.Expect(l.Labels).To(HaveKeyWithValue(record.LabelShardSet, "a-b"), "set a-b keeps its Lease")
 	}).WithTimeout(2 * time.Second).WithPolling(poll).Should(Succeed())
 }
+
+// Under Safe a shard the set no longer has is revoked first, and its Lease
+// deleted only once the revocation is a lease duration old: a shard added
+// back within that time, whichever pod gets it, is granted only after it,
+// as after a move. Before, its Lease was deleted at once, and a shard added
+// back (or brought back by a replica that had not seen the shrink) was
+// granted at once while its old owner could still believe it held it.
+func TestShrunkSafeSetRevokesBeforeItDeletes(t *testing.T) {
+	f := newFixture(t)
+	f.readyPod("a")
+	f.readyPod("b")
+	set := f.shardSet("work", func(s *fencingv1alpha1.FencedShardSet) {
+		s.Spec.Shards, s.Spec.Takeover, s.Spec.LeaseDurationSeconds = 4, fencingv1alpha1.TakeoverSafe, 3
+	})
+	var before map[string]int64
+	f.g.Eventually(func(g Gomega) {
+		_, fences := f.owners(g, "work")
+		g.Expect(fences).To(HaveLen(4))
+		before = fences
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	resize := func(n int32) {
+		f.g.Expect(f.c.Get(f.ctx, client.ObjectKeyFromObject(set), set)).To(Succeed())
+		base := set.DeepCopy()
+		set.Spec.Shards = n
+		f.g.Expect(f.c.Patch(f.ctx, set, client.MergeFrom(base))).To(Succeed())
+	}
+	lease := func(g Gomega, key string) (*coordinationv1.Lease, error) {
+		l := &coordinationv1.Lease{}
+		err := f.c.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: record.ShardLeaseName("work", key)}, l)
+		return l, err
+	}
+
+	shrunk := time.Now()
+	resize(2)
+	f.g.Eventually(func(g Gomega) {
+		_, fences := f.owners(g, "work")
+		g.Expect(fences).NotTo(HaveKey("2"), "the removed shards are taken from the pods at once")
+		g.Expect(fences).NotTo(HaveKey("3"), "the removed shards are taken from the pods at once")
+		for _, key := range []string{"2", "3"} {
+			l, err := lease(g, key)
+			g.Expect(err).NotTo(HaveOccurred(), "shard %s's Lease stays while its revocation is younger than the lease", key)
+			g.Expect(record.ParseLease(l.Annotations).State).To(Equal(record.StateRevoked))
+		}
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+	f.g.Expect(time.Since(shrunk)).To(BeNumerically("<", 3*time.Second), "checked within the wait")
+
+	// Added back within the wait: granted only after it.
+	resize(4)
+	f.g.Eventually(func(g Gomega) {
+		_, fences := f.owners(g, "work")
+		g.Expect(fences).To(HaveLen(4))
+		for _, key := range []string{"2", "3"} {
+			g.Expect(fences[key]).To(BeNumerically(">", before[key]))
+			l, err := lease(g, key)
+			g.Expect(err).NotTo(HaveOccurred())
+			// renewTime: the grant's write (acquireTime stays when the
+			// same pod is granted again); a quiet shard is not written
+			// after its commit.
+			g.Expect(l.Spec.RenewTime.Sub(shrunk)).To(BeNumerically(">=", 3*time.Second),
+				"shard %s granted again before its revoked grant's lease ran out", key)
+		}
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+
+	// Removed for good: the Leases go once the wait is over.
+	resize(2)
+	f.g.Eventually(func(g Gomega) {
+		for _, key := range []string{"2", "3"} {
+			_, err := lease(g, key)
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(client.IgnoreNotFound(err)).To(Succeed())
+		}
+	}).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+}
