@@ -42,6 +42,12 @@ func (c *replicaClient) Get(ctx context.Context, key client.ObjectKey, obj clien
 	if err != nil {
 		return err
 	}
+	if kind == "FencedShardSet" {
+		c.rep.setReads[key.Name] = c.rep.view(kind)
+		if set, _ := c.sim.store.at(objKey{kind: kind, namespace: key.Namespace, name: key.Name}, c.rep.view(kind)).(*fencingv1alpha1.FencedShardSet); set != nil {
+			c.sim.tracef("  r%d reads set %s at rv=%s: takeover %s", c.rep.id, key.Name, set.ResourceVersion, set.Spec.Takeover)
+		}
+	}
 	return c.sim.store.get(c.rep.view(kind), key, obj)
 }
 

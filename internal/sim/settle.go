@@ -45,6 +45,9 @@ func (s *Sim) settle() {
 	for round := 0; round < s.settleRounds() && len(s.checker.violations) == 0; round++ {
 		s.catchUpAll()
 		s.drainClients()
+		if s.shards != nil && s.shards.cfg.SpecChanges {
+			s.shards.collectGarbage()
+		}
 		r := s.replicas[round%len(s.replicas)]
 		s.beatToEnd(r)
 		s.catchUpAll()

@@ -1,10 +1,12 @@
 package sim
 
 import (
+	"fmt"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -38,6 +40,9 @@ type shardChecker struct {
 	// revocation was applied (zero while it is not revoked).
 	last    map[string]invariant.Grant
 	revoked map[string]time.Time
+	// immediate marks the shards whose Lease a replica that judged the
+	// set Immediate wrote since the last commit (ShardsConfig.SpecChanges).
+	immediate map[string]bool
 	// grantsSeen, revocations and publications count what the run did.
 	grantsSeen, revocations, publications int
 }
@@ -46,6 +51,7 @@ func newShardChecker() *shardChecker {
 	return &shardChecker{
 		pubs: invariant.NewShardPublications(), grants: invariant.NewGrants(),
 		shards: map[types.UID]map[string]int64{}, last: map[string]invariant.Grant{}, revoked: map[string]time.Time{},
+		immediate: map[string]bool{},
 	}
 }
 
@@ -113,10 +119,21 @@ func (c *shardChecker) checkPod(s *Sim, pod, old *corev1.Pod, writer string) {
 // the grants before it, and under Safe against the previous owner's
 // revocation.
 func (c *shardChecker) checkLease(s *Sim, l, old *coordinationv1.Lease, writer string) {
-	if l == nil || l.Labels[record.LabelShardSet] == "" {
+	if l == nil {
+		c.leaseDeleted(s, old, writer)
+		return
+	}
+	if l.Labels[record.LabelShardSet] == "" {
 		return
 	}
 	shard := l.Labels[record.LabelShardSet] + "/" + l.Labels[record.LabelShard]
+	if s.judgedImmediate(l.Labels[record.LabelShardSet], writer) {
+		// Safe is not checked for the next commit: a replica that has
+		// not read the switch to Safe yet may replace a revoked grant at
+		// once, and another replica then takes that grant for one never
+		// committed.
+		c.immediate[shard] = true
+	}
 	rec := record.ParseLease(l.Annotations)
 	was := record.ParseLease(nil)
 	if old != nil {
@@ -134,6 +151,7 @@ func (c *shardChecker) checkLease(s *Sim, l, old *coordinationv1.Lease, writer s
 		}
 		s.checker.report(s, writer, c.grants.Commit(g))
 		c.last[shard] = g
+		delete(c.immediate, shard)
 		delete(c.revoked, shard)
 	}
 }
@@ -142,7 +160,7 @@ func (c *shardChecker) checkLease(s *Sim, l, old *coordinationv1.Lease, writer s
 // previous owner's grant was revoked a lease duration ago or more.
 func (c *shardChecker) checkSafe(s *Sim, shard string, l *coordinationv1.Lease, g invariant.Grant, writer string) {
 	prev, ok := c.last[shard]
-	if !ok || prev.Holder == g.Holder || s.takeover(l.Labels[record.LabelShardSet]) == fencingv1alpha1.TakeoverImmediate {
+	if !ok || prev.Holder == g.Holder || c.immediate[shard] {
 		return
 	}
 	d := time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0)) * time.Second
@@ -157,11 +175,43 @@ func (c *shardChecker) checkSafe(s *Sim, shard string, l *coordinationv1.Lease, 
 	}
 }
 
-// takeover is the takeover policy of a set as the API server holds it.
-func (s *Sim) takeover(set string) fencingv1alpha1.TakeoverPolicy {
-	o, _ := s.store.headObj(objKey{kind: "FencedShardSet", namespace: s.world.namespace, name: set}).(*fencingv1alpha1.FencedShardSet)
-	if o == nil {
-		return ""
+// judgedImmediate says whether the writer, a replica, judged the set
+// Immediate: its last read of the set, made when its reconcile began,
+// showed Immediate.
+func (s *Sim) judgedImmediate(set, writer string) bool {
+	var id int
+	if _, err := fmt.Sscanf(writer, "r%d", &id); err != nil || id >= len(s.replicas) {
+		return false
 	}
-	return o.Spec.Takeover
+	k := objKey{kind: "FencedShardSet", namespace: s.world.namespace, name: set}
+	o, _ := s.store.at(k, s.replicas[id].setReads[set]).(*fencingv1alpha1.FencedShardSet)
+	return o != nil && o.Spec.Takeover == fencingv1alpha1.TakeoverImmediate
+}
+
+// leaseDeleted ends the grant of a shard whose Lease was deleted. When its
+// set still exists, the shard was removed from it, and the deletion ends
+// the grant as a revocation does: a shard added back (or brought back by a
+// replica that has not read the removal) is granted to another pod under
+// Safe only a lease duration later. When the set is gone or being
+// deleted, the shard ends with it: a set created again under the same name
+// starts afresh.
+func (c *shardChecker) leaseDeleted(s *Sim, old *coordinationv1.Lease, writer string) {
+	if old == nil || old.Labels[record.LabelShardSet] == "" {
+		return
+	}
+	set := old.Labels[record.LabelShardSet]
+	shard := set + "/" + old.Labels[record.LabelShard]
+	if s.judgedImmediate(set, writer) {
+		c.immediate[shard] = true // deleted at once, as under Immediate
+	}
+	o, _ := s.store.headObj(objKey{kind: "FencedShardSet", namespace: old.Namespace, name: set}).(*fencingv1alpha1.FencedShardSet)
+	if o == nil || o.DeletionTimestamp != nil || !metav1.IsControlledBy(old, o) {
+		delete(c.last, shard)
+		delete(c.revoked, shard)
+		return
+	}
+	if _, revoked := c.revoked[shard]; !revoked && record.ParseLease(old.Annotations).State == record.StateHeld {
+		c.revoked[shard] = s.clock.Now()
+		c.revocations++
+	}
 }

@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fencingv1alpha1 "github.com/fencedlease/fencedlease/api/v1alpha1"
@@ -23,6 +22,10 @@ type ShardsConfig struct {
 	// Takeover is the takeover policy of every set ("" picks one at random
 	// per set).
 	Takeover fencingv1alpha1.TakeoverPolicy
+	// SpecChanges lets the sets' user change them too: resize them, switch
+	// their takeover policy, delete them and create them again
+	// (shardspec.go).
+	SpecChanges bool
 }
 
 // shardKinds are the kinds the replicas' caches serve in a run with shard
@@ -53,7 +56,6 @@ func newShardWorld(s *Sim, cfg ShardsConfig) *shardWorld {
 // seed) and their pods.
 func (sw *shardWorld) setUp() error {
 	w := sw.sim.world
-	rng := sw.sim.rng
 	for i := 0; i < w.cfg.Nodes; i++ {
 		if err := w.write(w.create(node(fmt.Sprintf("n%d", i)))); err != nil {
 			return err
@@ -62,26 +64,7 @@ func (sw *shardWorld) setUp() error {
 	for i := 0; i < sw.cfg.Sets; i++ {
 		name := fmt.Sprintf("s%d", i)
 		sw.sets = append(sw.sets, name)
-		set := &fencingv1alpha1.FencedShardSet{
-			ObjectMeta: metav1.ObjectMeta{Namespace: w.namespace, Name: name},
-			Spec: fencingv1alpha1.FencedShardSetSpec{
-				Selector:             metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-				LeaseDurationSeconds: w.cfg.LeaseDurationSeconds,
-				Takeover:             sw.cfg.Takeover,
-				JoinDelaySeconds:     ptr.To([]int32{0, 5, 30}[rng.Intn(3)]),
-			},
-		}
-		if set.Spec.Takeover == "" {
-			set.Spec.Takeover = []fencingv1alpha1.TakeoverPolicy{fencingv1alpha1.TakeoverSafe, fencingv1alpha1.TakeoverImmediate}[rng.Intn(2)]
-		}
-		if rng.Intn(3) == 0 {
-			set.Spec.Keys = []string{"eu", "us", "asia", "moon", "mars"}[:4+rng.Intn(2)]
-		} else {
-			set.Spec.Shards = int32(4 + rng.Intn(5))
-		}
-		if rng.Intn(4) == 0 {
-			set.Spec.MaxMovesPerInterval = ptr.To(int32(1 + rng.Intn(2)))
-		}
+		set := sw.newSet(name)
 		if err := w.write(w.create(set)); err != nil {
 			return err
 		}
@@ -145,15 +128,24 @@ func (sw *shardWorld) change() bool {
 		"pod-failed": func() (bool, error) {
 			return w.onPod(func(p *corev1.Pod) bool { p.Status.Phase = corev1.PodFailed; return true }, true)
 		},
-		"pod-delete": w.deletePod,
-		"pod-gone":   w.finishPod,
-		"pod-create": func() (bool, error) { return true, sw.addPod() },
-		"node-lost":  func() (bool, error) { return w.onNode(true) },
-		"node-back":  func() (bool, error) { return w.onNode(false) },
+		"pod-delete":   w.deletePod,
+		"pod-gone":     w.finishPod,
+		"pod-create":   func() (bool, error) { return true, sw.addPod() },
+		"node-lost":    func() (bool, error) { return w.onNode(true) },
+		"node-back":    func() (bool, error) { return w.onNode(false) },
+		"set-resize":   sw.resize,
+		"set-takeover": sw.toggleTakeover,
+		"set-delete":   sw.deleteSet,
+		"gc":           func() (bool, error) { return sw.collectGarbage(), nil },
 	}
 	var names []string
 	for n, weight := range shardChangeWeights {
 		for range weight {
+			names = append(names, n)
+		}
+	}
+	for n, weight := range shardSpecWeights {
+		for range weight * boolInt(sw.cfg.SpecChanges) {
 			names = append(names, n)
 		}
 	}
@@ -182,4 +174,11 @@ func podState(obj client.Object) string {
 		out += " deleting"
 	}
 	return out
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -166,6 +166,9 @@ type replica struct {
 	// podsHeldUntil is the step until which its pod cache delivers
 	// nothing (Config.PodsBehind).
 	podsHeldUntil int
+	// setReads is, per FencedShardSet, the store revision of the replica's
+	// last read of it (for the checker: what the replica judged by).
+	setReads map[string]int64
 }
 
 func (r *replica) view(kind string) int64 { return r.views[kind] }
@@ -244,7 +247,7 @@ func Run(cfg Config, indexes []Index, newRec NewReconciler) Result {
 	}
 	behind := rand.New(rand.NewSource(^cfg.Seed)) //nolint:gosec // a reproducible schedule, not a secret
 	for i := 0; i < max(cfg.Replicas, 1); i++ {
-		r := &replica{id: i, running: map[types.NamespacedName]*actor{}}
+		r := &replica{id: i, running: map[types.NamespacedName]*actor{}, setReads: map[string]int64{}}
 		s.restart(r)
 		if behind.Float64() < cfg.PodsBehind {
 			// Somewhere between the first pod's creation and the last.
@@ -302,7 +305,7 @@ func (s *Sim) once() {
 	}
 	change, procStep, recreate := s.world.change, s.world.procStep, s.world.recreateSoon
 	if s.shards != nil {
-		change, procStep, recreate = s.shards.change, func() bool { return false }, func() bool { return false }
+		change, procStep, recreate = s.shards.change, func() bool { return false }, s.shards.recreateSoon
 	}
 	choices := []choice{
 		{50, s.resumeSomeone},

@@ -65,10 +65,14 @@ type Index struct {
 // recorded here with a store revision, so that a cache can serve the state of
 // any past revision.
 type store struct {
-	scheme  *runtime.Scheme
-	head    client.Client
-	hist    map[objKey][]version
-	rev     int64
+	scheme *runtime.Scheme
+	head   client.Client
+	hist   map[objKey][]version
+	rev    int64
+	// rvs is, at each store revision, the highest resourceVersion any
+	// object had had by then: a list's resourceVersion, as the API server
+	// gives it (every write since has a higher one).
+	rvs     []int64
 	uids    int
 	indexes map[string]map[string]client.IndexerFunc // kind -> field -> extract
 }
@@ -186,6 +190,18 @@ func (s *store) record(k objKey) (client.Object, error) {
 	}
 	s.rev++
 	s.hist[k] = append(s.hist[k], version{rev: s.rev, obj: obj})
+	top := int64(0)
+	if n := len(s.rvs); n > 0 {
+		top = s.rvs[n-1]
+	}
+	if obj != nil {
+		if v, err := strconv.ParseInt(obj.GetResourceVersion(), 10, 64); err == nil {
+			top = max(top, v)
+		}
+	}
+	for int64(len(s.rvs)) < s.rev {
+		s.rvs = append(s.rvs, top)
+	}
 	return obj, nil
 }
 
@@ -254,7 +270,11 @@ func (s *store) list(rev int64, list client.ObjectList, opts ...client.ListOptio
 	if err := meta.SetList(list, items); err != nil {
 		return err
 	}
-	list.SetResourceVersion(strconv.FormatInt(rev, 10))
+	top := int64(0)
+	if rev > 0 && int(rev) <= len(s.rvs) {
+		top = s.rvs[rev-1]
+	}
+	list.SetResourceVersion(strconv.FormatInt(top, 10))
 	return nil
 }
 
