@@ -73,6 +73,11 @@
 // on the simulated clock. The settling phase then asks of every set with
 // an eligible pod that each shard be held by an eligible pod, published to
 // it alone with its Lease's fence, and the shards balanced (within one of
-// each other). The enforcement side (protected objects of shards) is not
-// simulated for shard sets.
+// each other), and that nothing be left of a shard a set no longer has, or
+// of a set that is gone: no Lease, no publication. With
+// ShardsConfig.SpecChanges the sets' user also resizes them, switches their
+// takeover policy, deletes them and creates them again (shardspec.go), and
+// the garbage collector deletes the Leases whose set is gone. The
+// enforcement side (protected objects of shards) is not simulated for
+// shard sets.
 package sim

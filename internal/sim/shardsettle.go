@@ -52,8 +52,13 @@ func (s *Sim) unsettledShards() []string {
 	if err := s.store.list(s.store.rev, &pods, client.InNamespace(s.world.namespace)); err != nil {
 		return []string{err.Error()}
 	}
+	var leases coordinationv1.LeaseList
+	if err := s.store.list(s.store.rev, &leases, client.InNamespace(s.world.namespace)); err != nil {
+		return []string{err.Error()}
+	}
 	for _, name := range s.shards.sets {
 		set, _ := s.store.headObj(objKey{kind: "FencedShardSet", namespace: s.world.namespace, name: name}).(*fencingv1alpha1.FencedShardSet)
+		out = append(out, leftOver(name, set, pods.Items, leases.Items)...)
 		if set == nil {
 			continue
 		}
@@ -112,6 +117,31 @@ func (s *Sim) unsettledSet(set *fencingv1alpha1.FencedShardSet, pods []corev1.Po
 	}
 	if len(out) == 0 && hi-lo > 1 {
 		out = append(out, fmt.Sprintf("the shards of set %s are not balanced: %d to %d per eligible pod", set.Name, lo, hi))
+	}
+	return out
+}
+
+// leftOver is what remains of the shards a set no longer has, or of a set
+// that is gone: their Leases, and their publications to pods.
+func leftOver(name string, set *fencingv1alpha1.FencedShardSet, pods []corev1.Pod, leases []coordinationv1.Lease) []string {
+	has := func(key string) bool { return set != nil && set.HasShard(key) }
+	var out []string
+	for i := range leases {
+		l := &leases[i]
+		if key := l.Labels[record.LabelShard]; l.Labels[record.LabelShardSet] == name && !has(key) {
+			out = append(out, fmt.Sprintf("the Lease %s of shard %s/%s, which the set does not have, is left", l.Name, name, key))
+		}
+	}
+	for i := range pods {
+		if setOf(&pods[i]) != name {
+			continue
+		}
+		owned, _ := record.ParseShards(pods[i].Annotations[record.AnnotationShards])
+		for key := range owned {
+			if !has(key) {
+				out = append(out, fmt.Sprintf("pod %s is published shard %s/%s, which the set does not have", pods[i].Name, name, key))
+			}
+		}
 	}
 	return out
 }
