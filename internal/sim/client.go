@@ -187,6 +187,12 @@ func (s *Sim) write(ctx context.Context, rep *replica, verb string, obj client.O
 			reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(before).Elem())
 			return apierrors.NewTimeoutError("the reply was lost (simulated)", 1)
 		}
+		if opErr == nil && key.kind == "FencedShardSet" && stored != nil {
+			// The reply is the set as stored now, spec included: the
+			// reconcile goes on with it.
+			rep.setReads[key.name] = s.store.rev
+			s.tracef("  r%d reads set %s in the reply", rep.id, key.name)
+		}
 		return opErr
 	})
 }
