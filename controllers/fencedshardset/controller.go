@@ -12,10 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -80,7 +78,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 			retErr = err
 		}
 	}()
-	for _, step := range []func(context.Context, *scope) error{r.readInputs, r.writeGrants, r.deleteOrphans, r.publish} {
+	for _, step := range []func(context.Context, *scope) error{r.readInputs, r.writeGrants, r.retireOrphans, r.publish, r.deleteRetired} {
 		if err := step(ctx, s); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -93,10 +91,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 
 // reconcileDelete ends every grant of the set and takes every shard from
 // its pods, so that no pod goes on believing it owns a shard of a set that
-// is gone; then it lets the set go. The Leases are deleted first, each on
-// the version read; then every pod the set published to, and every pod a
-// deleted Lease named, is written (read from the API server, marked), so
-// that a publication still in flight from a paused replica fails.
+// is gone; then it lets the set go. The grants are revoked first; then
+// every pod the set published to, and every pod a Lease named, is written
+// (read from the API server, marked), so that a publication still in
+// flight from a paused replica fails; then the Leases are deleted, each on
+// the version revoked (retireOrphans, deleteRetired).
 func (r *Reconciler) reconcileDelete(ctx context.Context, set *fencingv1alpha1.FencedShardSet) error {
 	if !controllerutil.ContainsFinalizer(set, fencingv1alpha1.Finalizer) {
 		return nil
@@ -123,13 +122,13 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, set *fencingv1alpha1.F
 	if err != nil {
 		upTo = math.MaxInt64
 	}
-	s := &scope{set: set, marks: map[string]string{}}
+	s := &scope{set: set, marks: map[string]string{}, now: r.Clock.Now()}
 	for i := range leases.Items {
 		if metav1.IsControlledBy(&leases.Items[i], set) {
 			s.orphans = append(s.orphans, &leases.Items[i])
 		}
 	}
-	if err := r.deleteOrphans(ctx, s); err != nil {
+	if err := r.retireOrphans(ctx, s); err != nil {
 		return err
 	}
 	pods := &corev1.PodList{}
@@ -154,6 +153,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, set *fencingv1alpha1.F
 	if err := r.markAndTake(ctx, s, later, s.marks); err != nil {
 		return err
 	}
+	if err := r.deleteRetired(ctx, s); err != nil {
+		return err
+	}
 	// On the version read live: never the finalizer of a set created
 	// since under the same name.
 	base := live.DeepCopy()
@@ -163,75 +165,6 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, set *fencingv1alpha1.F
 	}
 	r.forgetMetrics(key)
 	return nil
-}
-
-// deleteOrphans deletes the Leases of shards the set no longer has (its
-// spec shrank, or it is being deleted), each preconditioned on the Lease as
-// read, so a Lease written since stays for the next reconcile to judge.
-// The pods their grants named are marked before anything is published
-// (publish). A shard the set has again later gets a new Lease, whose fence
-// is above every fence the old one had. Under Safe, a shrunk set's shard
-// whose grant is committed is revoked first, and its Lease deleted once the
-// revocation is a lease duration old (retire): a shard added back, or
-// brought back by a replica that has not seen the shrink yet, is then
-// granted to another pod no sooner than after a move.
-func (r *Reconciler) deleteOrphans(ctx context.Context, s *scope) error {
-	if s.marks == nil {
-		s.marks = map[string]string{}
-	}
-	var errs []error
-	for _, l := range s.orphans {
-		if retired, err := r.retire(ctx, s, l); err != nil || !retired {
-			if err != nil {
-				errs = append(errs, err)
-			}
-			continue
-		}
-		pre := client.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion}
-		if err := r.Delete(ctx, l, pre); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete Lease %s of a shard FencedShardSet %s no longer has: %w", client.ObjectKeyFromObject(l), client.ObjectKeyFromObject(s.set), err))
-			continue
-		}
-		r.revoked.forget(l)
-		if rec := record.ParseLease(l.Annotations); rec.HolderUID != "" {
-			s.marks[ptr.Deref(l.Spec.HolderIdentity, "")] = rec.HolderUID
-		}
-		for _, h := range record.PreviousHolders(l.Annotations) {
-			s.marks[h.Name] = h.UID
-		}
-	}
-	return kerrors.NewAggregate(errs)
-}
-
-// retire says whether an orphan Lease may be deleted now: always while the
-// set is being deleted or under Immediate, and under Safe once its grant
-// is not committed or was revoked a lease duration ago, counted as a
-// move's wait is (revocations). A committed grant is revoked here, and the
-// reconcile comes back when the wait is over.
-func (r *Reconciler) retire(ctx context.Context, s *scope, l *coordinationv1.Lease) (bool, error) {
-	if !s.set.DeletionTimestamp.IsZero() || s.set.Spec.Takeover == fencingv1alpha1.TakeoverImmediate {
-		return true, nil
-	}
-	var since time.Time
-	switch record.ParseLease(l.Annotations).State {
-	case record.StateHeld:
-		if _, err := r.revoke(ctx, s, l); err != nil {
-			return false, fmt.Errorf("revoke the grant of a shard FencedShardSet %s no longer has: %w", client.ObjectKeyFromObject(s.set), err)
-		}
-		since = r.Clock.Now()
-	case record.StateRevoked:
-		since = r.revoked.since(l, s.leasesRead)
-	default:
-		return true, nil
-	}
-	until := since.Add(leaseDuration(s.set))
-	if !until.After(s.now) {
-		return true, nil
-	}
-	if s.wait.IsZero() || until.Before(s.wait) {
-		s.wait = until
-	}
-	return false, nil
 }
 
 // SetupWithManager registers the controller: a set is reconciled when it

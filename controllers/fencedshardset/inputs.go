@@ -47,6 +47,8 @@ type scope struct {
 	// control; orphans the set's Leases of shards it no longer has.
 	conflicts map[string]string
 	orphans   []*coordinationv1.Lease
+	// retired are the orphans to delete once their pods were written.
+	retired []*coordinationv1.Lease
 	// marks are pods to mark before any shard is published (name to UID):
 	// the holders of shards whose Leases this reconcile deleted.
 	marks map[string]string

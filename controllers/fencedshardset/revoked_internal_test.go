@@ -49,7 +49,11 @@ func TestDeletedLeasesAreForgotten(t *testing.T) {
 	r := &Reconciler{Client: c}
 	r.revoked.since(l, time.Now())
 	set := &fencingv1alpha1.FencedShardSet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "work"}}
-	if err := r.deleteOrphans(context.Background(), &scope{set: set, orphans: []*coordinationv1.Lease{l}}); err != nil {
+	s := &scope{set: set, orphans: []*coordinationv1.Lease{l}}
+	if err := r.retireOrphans(context.Background(), s); err != nil {
+		t.Fatalf("retire the orphaned Lease ns/work-3: %v", err)
+	}
+	if err := r.deleteRetired(context.Background(), s); err != nil {
 		t.Fatalf("delete the orphaned Lease ns/work-3: %v", err)
 	}
 	if n := len(r.revoked.seen); n != 0 {
