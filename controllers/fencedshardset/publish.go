@@ -31,8 +31,9 @@ import (
 // of a paused one) that read the Lease before it moved on read that pod
 // before the mark, and its write of the pod fails; one that read the pod
 // after the mark read the Lease after the move, and does not publish the
-// lost shard. A shard whose Lease is deleted (the set shrank, or is being
-// deleted) has its holder marked the same way after the delete.
+// lost shard. A shard the set no longer has (it shrank, or is being
+// deleted) has its grant revoked and its holder marked the same way before
+// its Lease is deleted (orphans.go).
 //
 // Within a reconcile, every pod that loses shards or is marked is written
 // before any pod gains one, so that no moment shows a shard with two

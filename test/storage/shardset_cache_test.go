@@ -126,8 +126,9 @@ func TestShardRouteReadsTheSetOnlyWhenItMust(t *testing.T) {
 	g.Expect(status).To(Equal(http.StatusBadRequest))
 	g.Expect(e.Code).To(Equal(gateway.CodeNoSuchShard))
 
-	// A shard removed while the cached set still lists it: its Lease is
-	// deleted first, and the write is refused without another read.
+	// A shard removed while the cached set still lists it: its grant is
+	// revoked and its Lease deleted, and the write is refused without
+	// another read.
 	s = &fencingv1alpha1.FencedShardSet{}
 	g.Expect(env.Client.Get(ctx, keyOf(ns, "tenants"), s)).To(Succeed())
 	s.Spec.Keys = []string{"eu", "apac"}
