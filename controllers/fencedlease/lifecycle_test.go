@@ -25,8 +25,11 @@ func TestTwoContendersStartTogether(t *testing.T) {
 	// its first grant sees both: otherwise the first could be granted as a
 	// lone candidate, before the cache has the second (the pods and the
 	// FencedLease are watched apart, with no order between them).
-	f.readyPod("b", time.Minute)
-	f.readyPod("a", time.Minute)
+	// One instant for both: computed apart, the two could fall on either
+	// side of a second's boundary, and b would be ready longest.
+	since := time.Now().Add(-time.Minute)
+	f.readyPodSince("b", since)
+	f.readyPodSince("a", since)
 	f.g.Eventually(func() int { return readyInCache(f, m, "a", "b") }).WithTimeout(timeout).Should(Equal(2))
 	f.fencedLease("db", nil)
 

@@ -73,9 +73,16 @@ var appLabels = map[string]string{"app": "singleton"}
 // readyPod creates a pod of the singleton app that has been ready for readyFor.
 func (f *fixture) readyPod(name string, readyFor time.Duration) *corev1.Pod {
 	f.t.Helper()
+	return f.readyPodSince(name, time.Now().Add(-readyFor))
+}
+
+// readyPodSince creates a pod ready since that time (to the second, as the
+// API server keeps it).
+func (f *fixture) readyPodSince(name string, since time.Time) *corev1.Pod {
+	f.t.Helper()
 	pod, err := testenv.CreatePod(f.ctx, f.c, testenv.Pod{Namespace: f.ns, Name: name, Labels: appLabels})
 	f.g.Expect(err).NotTo(HaveOccurred())
-	f.g.Expect(testenv.SetReady(f.ctx, f.c, pod, time.Now().Add(-readyFor).Truncate(time.Second))).To(Succeed())
+	f.g.Expect(testenv.SetReady(f.ctx, f.c, pod, since.Truncate(time.Second))).To(Succeed())
 	return pod
 }
 
